@@ -1,0 +1,43 @@
+"""File -> Document. One loader per format, chosen by file extension."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from index.config import LoaderLimits
+from index.errors import FileTooLargeError, UnsupportedFileError
+from index.loaders.base import DocumentLoader
+from index.loaders.html import HtmlLoader
+from index.loaders.markdown import MarkdownLoader
+from index.loaders.pdf import PdfLoader
+from index.loaders.text import TextLoader
+from index.types import Document
+
+LOADERS: tuple[DocumentLoader, ...] = (PdfLoader(), MarkdownLoader(), HtmlLoader(), TextLoader())
+SUPPORTED_EXTENSIONS = tuple(ext for loader in LOADERS for ext in loader.extensions)
+
+
+def loader_for(file_name: str) -> DocumentLoader:
+    suffix = PurePath(file_name).suffix.lower()
+    for loader in LOADERS:
+        if suffix in loader.extensions:
+            return loader
+    raise UnsupportedFileError(
+        file_name,
+        f"unsupported file type {suffix or '(no extension)'!r}; "
+        f"supported: {', '.join(SUPPORTED_EXTENSIONS)}",
+    )
+
+
+def load_document(data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    """Read ``data`` (the bytes of ``file_name``) into a validated Document, or refuse it."""
+    loader = loader_for(file_name)
+    if len(data) > limits.max_bytes:
+        raise FileTooLargeError(
+            file_name,
+            f"{len(data):,} bytes is more than limits.max_bytes ({limits.max_bytes:,})",
+        )
+    return loader.load(data, file_name, limits)
+
+
+__all__ = ["LOADERS", "SUPPORTED_EXTENSIONS", "DocumentLoader", "load_document", "loader_for"]
