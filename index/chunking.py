@@ -110,7 +110,9 @@ class StructureChunker:
                 block.page,
             )
             only_headings = previous is not None and all(b.kind == "heading" for b in previous)
-            if previous is not None and (same or (only_headings and previous[-1].page == block.page)):
+            if previous is not None and (
+                same or (only_headings and previous[-1].page == block.page)
+            ):
                 previous.append(block)
             else:
                 groups.append([block])

@@ -118,18 +118,28 @@ class SentenceTransformerEmbedder:
             if self._model is not None:
                 return self
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
+            hf_logging.disable_progress_bar()
             device = self.device
             model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
-            half = self.config.dtype == "float16" or (self.config.dtype == "auto" and device == "cuda")
+            half = self.config.dtype == "float16" or (
+                self.config.dtype == "auto" and device == "cuda"
+            )
             if half:
                 model.half()
-            self.dimension = int(model.get_sentence_embedding_dimension())
+            dimension = getattr(model, "get_embedding_dimension", None)
+            self.dimension = int((dimension or model.get_sentence_embedding_dimension)())
             self.max_seq_length = int(model.max_seq_length)
             self.tokenizer = HFTokenCounter(model.tokenizer)
             self._model = model
-            log.info("embedder %s loaded on %s (dim %d, fp16=%s)", self.model_id, device,
-                     self.dimension, half)  # fmt: skip
+            log.info(
+                "embedder %s loaded on %s (dim %d, fp16=%s)",
+                self.model_id,
+                device,
+                self.dimension,
+                half,
+            )
         return self
 
     def health(self) -> bool:

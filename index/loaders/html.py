@@ -12,9 +12,24 @@ from index.types import Document
 
 # Never content: code, styling, chrome around the page, and controls.
 _DROPPED = (
-    "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form",
-    "button", "select", "svg", "canvas", "iframe", "object", "embed", "head",
-)  # fmt: skip
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "nav",
+    "header",
+    "footer",
+    "aside",
+    "form",
+    "button",
+    "select",
+    "svg",
+    "canvas",
+    "iframe",
+    "object",
+    "embed",
+    "head",
+)
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _PARAGRAPHS = ("p", "dt", "dd", "figcaption", "caption", "address", "summary")
 _LISTS = ("ul", "ol")
@@ -94,8 +109,20 @@ class _Walker:
                 self._table(child)
             elif child.name == "br":
                 self.loose.append("\n")
-            elif child.name in ("blockquote", "div", "section", "article", "main", "body",
-                                "figure", "details", "li", "dl", "center", "fieldset"):  # fmt: skip
+            elif child.name in (
+                "blockquote",
+                "div",
+                "section",
+                "article",
+                "main",
+                "body",
+                "figure",
+                "details",
+                "li",
+                "dl",
+                "center",
+                "fieldset",
+            ):
                 self.flush()
                 self.walk(child)
                 self.flush()

@@ -12,7 +12,7 @@ from pypdf.errors import PyPdfError
 from index.config import LoaderLimits
 from index.errors import FileTooLargeError, MalformedDocumentError
 from index.loaders.base import DocumentBuilder, paragraphs
-from index.text import collapse_whitespace
+from index.text import clean_text, collapse_whitespace
 from index.types import Document
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,34 @@ def _outline_by_page(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
     return sorted(entries, key=lambda entry: entry[0])
 
 
+def _add_page(
+    builder: DocumentBuilder,
+    raw: str,
+    number: int,
+    path: tuple[str, ...],
+    starts_here: list[tuple[int, tuple[str, ...]]],
+) -> tuple[str, ...]:
+    """Add one page's paragraphs; a line equal to an outline title on this page starts its
+    section. Returns the heading path in force at the end of the page."""
+    lines: list[str] = []
+
+    def flush() -> None:
+        for paragraph in paragraphs("\n".join(lines)):
+            builder.add(paragraph, "paragraph", path, page=number)
+        lines.clear()
+
+    for line in clean_text(_HYPHENATED.sub("", raw)).split("\n"):
+        if starts_here and collapse_whitespace(line) == starts_here[0][1][-1]:
+            flush()
+            path = starts_here.pop(0)[1]
+            builder.add(line, "heading", path, page=number)
+        else:
+            lines.append(line)
+    flush()
+    # Titles not found in the text (drawn as images, say) still apply from the next page on.
+    return starts_here[-1][1] if starts_here else path
+
+
 class PdfLoader:
     media_type = "application/pdf"
     extensions = (".pdf",)
@@ -66,12 +94,10 @@ class PdfLoader:
                 )
             outline = _outline_by_page(reader)
             builder = DocumentBuilder(file_name, self.media_type, limits)
+            path: tuple[str, ...] = ()
             for index, page in enumerate(reader.pages):
-                headings = [path for first, path in outline if first <= index]
-                path = headings[-1] if headings else ()
-                text = _HYPHENATED.sub("", page.extract_text() or "")
-                for paragraph in paragraphs(text):
-                    builder.add(paragraph, "paragraph", path, page=index + 1)
+                starts_here = [entry for entry in outline if entry[0] == index]
+                path = _add_page(builder, page.extract_text() or "", index + 1, path, starts_here)
         except (MalformedDocumentError, FileTooLargeError):
             raise
         except Exception as exc:  # pypdf raises many types on damaged files

@@ -82,7 +82,9 @@ def _now() -> str:
 class TenantShard:
     """Open with ``start()``; every method after that is thread-safe."""
 
-    def __init__(self, directory: Path, tenant: str, manifest: Manifest, vectors: VectorIndexConfig):
+    def __init__(
+        self, directory: Path, tenant: str, manifest: Manifest, vectors: VectorIndexConfig
+    ):
         self.directory = directory
         self.tenant = tenant
         self.manifest = manifest
@@ -199,8 +201,9 @@ class TenantShard:
                 reason = f"holds {loaded.ntotal} vectors, database has {count}"
             except ValueError as exc:
                 reason = str(exc)
-        log.info("rebuilding vectors of tenant %s (generation %d): %s", self.tenant, generation,
-                 reason)  # fmt: skip
+        log.info(
+            "rebuilding vectors of tenant %s (generation %d): %s", self.tenant, generation, reason
+        )
         self._rebuild_vectors(generation)
 
     def _rebuild_vectors(self, generation: int) -> None:
@@ -253,7 +256,7 @@ class TenantShard:
             with self._transaction() as db:
                 for item in prepared:
                     old = self._delete_rows(db, item.doc_id)
-                    removed.extend(old)
+                    removed.extend(old or [])
                     statuses.append("replaced" if old is not None else "added")
                     added_ids.extend(self._insert(db, item))
                     added_vectors.append(validate_vectors(item.vectors, self.manifest.dimension))
@@ -280,11 +283,24 @@ class TenantShard:
             "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
             " text, blocks, byte_count, page_count, attributes, created_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (item.doc_id, item.source, doc.file_name, doc.media_type, item.content_hash,
-             item.version, doc.text, json.dumps(blocks), item.byte_count, doc.page_count,
-             json.dumps(item.attributes, sort_keys=True), now, now),
-        )  # fmt: skip
+            (
+                item.doc_id,
+                item.source,
+                doc.file_name,
+                doc.media_type,
+                item.content_hash,
+                item.version,
+                doc.text,
+                json.dumps(blocks),
+                item.byte_count,
+                doc.page_count,
+                json.dumps(item.attributes, sort_keys=True),
+                now,
+                now,
+            ),
+        )
         return _insert_chunks(db, doc.file_name, item.chunks, item.vectors)
+
     def delete_document(self, doc_id: str) -> None:
         """Remove a document from the database and the vector index; 404 if absent."""
         with self._lock:
@@ -354,7 +370,8 @@ class TenantShard:
                 scored = self._exact_within(vector[0], list(doc_ids), k)
             else:
                 scores, ids = self._vectors.search(vector, k)
-                scored = [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+                pairs = zip(ids[0], scores[0], strict=True)
+                scored = [(int(i), float(s)) for i, s in pairs if i >= 0]
             hits = self._hits([i for i, _ in scored])
         # Ids whose rows are gone (tombstones) are simply not returned.
         return [_replace_score(hits[i], dense=s) for i, s in scored if i in hits]
@@ -416,8 +433,16 @@ class TenantShard:
             documents = self._conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
             chunks = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
             disk = sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())
-            return ShardStats(self.tenant, documents, chunks, self._vectors.ntotal,
-                              self._vectors.kind, self.generation(), disk, self.manifest)  # fmt: skip
+            return ShardStats(
+                self.tenant,
+                documents,
+                chunks,
+                self._vectors.ntotal,
+                self._vectors.kind,
+                self.generation(),
+                disk,
+                self.manifest,
+            )
 
 
 _DOC_COLUMNS = (
@@ -448,10 +473,21 @@ def _insert_chunks(
             "INSERT INTO chunks(chunk_id, doc_id, version, position, start, end, heading_path,"
             " context, page, text, token_count, embedding)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (chunk.chunk_id, chunk.doc_id, chunk.version, chunk.position, chunk.start,
-             chunk.end, json.dumps(list(chunk.heading_path)), context, chunk.page,
-             chunk.text, chunk.token_count, vector.tobytes()),
-        )  # fmt: skip
+            (
+                chunk.chunk_id,
+                chunk.doc_id,
+                chunk.version,
+                chunk.position,
+                chunk.start,
+                chunk.end,
+                json.dumps(list(chunk.heading_path)),
+                context,
+                chunk.page,
+                chunk.text,
+                chunk.token_count,
+                vector.tobytes(),
+            ),
+        )
         ids.append(cursor.lastrowid)
     return ids
 

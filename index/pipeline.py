@@ -1,0 +1,201 @@
+"""Ingestion: load -> chunk -> embed -> write, batched across documents, skipping unchanged ones.
+
+Each document is refused (with the reason) or written whole; results are reported only after
+their transaction has committed, so everything reported as ingested survives a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from index.chunking import StructureChunker
+from index.config import LoaderLimits
+from index.embedding import DocumentEmbedder
+from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
+from index.loaders import SUPPORTED_EXTENSIONS, load_document
+from index.store.shard import Manifest, PreparedDocument, TenantShard
+
+log = logging.getLogger(__name__)
+
+IngestStatus = Literal["added", "replaced", "unchanged", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A file to ingest: a stable ``source`` key (its absolute path, or an upload name) and how
+    to read its bytes. The document id is derived from ``source`` unless given."""
+
+    source: str
+    file_name: str
+    read: Callable[[], bytes]
+    doc_id: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_path(cls, path: Path) -> SourceFile:
+        resolved = path.resolve()
+        return cls(str(resolved), resolved.name, resolved.read_bytes)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, file_name: str, **kwargs) -> SourceFile:
+        return cls(kwargs.pop("source", file_name), file_name, lambda: data, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    source: str
+    file_name: str
+    status: IngestStatus
+    doc_id: str | None = None
+    version: int | None = None
+    chunks: int = 0
+    reason: str | None = None
+
+
+def doc_id_for(source: str) -> str:
+    return "doc-" + hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def discover(paths: Iterable[Path]) -> tuple[list[SourceFile], list[IngestResult]]:
+    """Expand files and folders (recursively, hidden entries skipped, supported types only).
+
+    Returns the files to ingest and refusals for paths that do not exist. A file named
+    explicitly is always tried, so an unsupported type is reported rather than skipped.
+    """
+    files: dict[Path, SourceFile] = {}
+    missing = []
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                hidden = any(part.startswith(".") for part in child.relative_to(path).parts)
+                if child.is_file() and not hidden and child.suffix.lower() in SUPPORTED_EXTENSIONS:
+                    files.setdefault(child.resolve(), SourceFile.from_path(child))
+        elif path.is_file():
+            files.setdefault(path.resolve(), SourceFile.from_path(path))
+        else:
+            missing.append(IngestResult(str(path), path.name, "refused", reason="no such file"))
+    return list(files.values()), missing
+
+
+class IngestPipeline:
+    """Ingests files into one tenant shard; embeds chunks of several documents per batch."""
+
+    def __init__(
+        self,
+        shard: TenantShard,
+        embedder: DocumentEmbedder,
+        chunker: StructureChunker,
+        limits: LoaderLimits,
+        batch_chunks: int = 256,
+    ) -> None:
+        self.shard = shard
+        self.embedder = embedder
+        self.chunker = chunker
+        self.limits = limits
+        self.batch_chunks = batch_chunks
+
+    def ingest(self, files: Iterable[SourceFile]) -> Iterator[IngestResult]:
+        """Yield one result per file, in batches; the vector index is saved at the end."""
+        pending: list[PreparedDocument] = []
+        try:
+            for source in files:
+                prepared = self._prepare(source)
+                if isinstance(prepared, IngestResult):
+                    yield prepared
+                    continue
+                pending.append(prepared)
+                if sum(len(p.chunks) for p in pending) >= self.batch_chunks:
+                    yield from self._write(pending)
+                    pending = []
+            yield from self._write(pending)
+        finally:
+            self.shard.flush()
+
+    def _prepare(self, source: SourceFile) -> PreparedDocument | IngestResult:
+        def refused(reason: str) -> IngestResult:
+            return IngestResult(source.source, source.file_name, "refused", reason=reason)
+
+        try:
+            data = source.read()
+        except OSError as exc:
+            return refused(f"cannot read the file: {exc.strerror or exc}")
+        content_hash = hashlib.sha256(data).hexdigest()
+        doc_id = source.doc_id or doc_id_for(source.source)
+        current = self.shard.current_version(doc_id)
+        if current is not None and current[1] == content_hash:
+            return IngestResult(source.source, source.file_name, "unchanged", doc_id, current[0])
+        version = current[0] + 1 if current else 1
+        try:
+            document = load_document(data, source.file_name, self.limits)
+            if not document.text:
+                raise MalformedDocumentError(
+                    source.file_name, "contains no extractable text (a scanned PDF needs OCR first)"
+                )
+            chunks = self.chunker.chunk(
+                document, tenant=self.shard.tenant, doc_id=doc_id, version=version
+            )
+            if len(chunks) > self.limits.max_chunks:
+                raise FileTooLargeError(
+                    source.file_name,
+                    f"{len(chunks):,} chunks is more than limits.max_chunks "
+                    f"({self.limits.max_chunks:,})",
+                )
+        except DocumentRefusedError as exc:
+            return refused(exc.reason)
+        vectors = np.zeros((0, 0), dtype=np.float32)  # filled in by _write, batched
+        return PreparedDocument(
+            doc_id,
+            source.source,
+            document,
+            content_hash,
+            len(data),
+            version,
+            chunks,
+            vectors,
+            dict(source.attributes),
+        )
+
+    def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:
+        if not pending:
+            return []
+        texts = [chunk.text for item in pending for chunk in item.chunks]
+        vectors = self.embedder.embed_documents(texts)
+        embedded, offset = [], 0
+        for item in pending:
+            count = len(item.chunks)
+            embedded.append(_with_vectors(item, vectors[offset : offset + count]))
+            offset += count
+        statuses = self.shard.write_documents(embedded)
+        return [
+            IngestResult(p.source, p.document.file_name, status, p.doc_id, p.version, len(p.chunks))
+            for p, status in zip(embedded, statuses, strict=True)
+        ]
+
+    def reindex(self) -> int:
+        """Re-chunk and re-embed every stored document with the configured chunker and embedder,
+        in one transaction; returns the number of chunks written."""
+        manifest = Manifest(self.embedder.model_id, self.embedder.dimension, self.chunker.version)
+        versions = self.shard.document_versions()
+        written = 0
+        with self.shard.rewrite(manifest) as writer:
+            for doc_id, document in self.shard.iter_documents():
+                chunks = self.chunker.chunk(
+                    document, tenant=self.shard.tenant, doc_id=doc_id, version=versions[doc_id]
+                )
+                vectors = self.embedder.embed_documents([c.text for c in chunks])
+                writer.write(doc_id, document.file_name, chunks, vectors)
+                written += len(chunks)
+        return written
+
+
+def _with_vectors(item: PreparedDocument, vectors: np.ndarray) -> PreparedDocument:
+    from dataclasses import replace
+
+    return replace(item, vectors=vectors)

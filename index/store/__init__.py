@@ -1,0 +1,13 @@
+"""Tenant shards: SQLite (source of truth) + FTS5 + FAISS (derived)."""
+
+from index.store.shard import Manifest, PreparedDocument, ShardStats, TenantShard
+from index.store.tenants import TenantDirectory, validate_tenant
+
+__all__ = [
+    "Manifest",
+    "PreparedDocument",
+    "ShardStats",
+    "TenantDirectory",
+    "TenantShard",
+    "validate_tenant",
+]

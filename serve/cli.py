@@ -1,0 +1,282 @@
+"""The ``grounded`` command line: ingest, search, list, delete, reindex and inspect shards.
+
+``--json`` output is stable and documented in the README; errors go to stderr with exit code 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from index.errors import GroundedError
+from index.pipeline import IngestResult, discover
+from index.service import IndexService
+from serve.config import AppConfig, load_config
+from serve.query.fusion import reciprocal_rank_fusion
+
+app = typer.Typer(
+    help="Grounded: a self-hosted RAG appliance. Ingest documents per tenant and search them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="Tenant id (lowercase).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+Mode = Literal["dense", "lexical", "hybrid"]
+
+
+@dataclasses.dataclass
+class _State:
+    config: AppConfig
+    service: IndexService | None = None
+
+    def index(self) -> IndexService:
+        if self.service is None:
+            self.service = IndexService(self.config.index, self.config.data_dir).start()
+        return self.service
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Data directory (default: $GROUNDED_DATA_DIR, else ./data)."),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config file (configs/cpu.yaml).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        ctx.obj = _State(load_config(config, data_dir=data_dir))
+    except GroundedError as exc:
+        _fail(exc)
+    ctx.call_on_close(lambda: ctx.obj.service and ctx.obj.service.close())
+
+
+def _fail(exc: GroundedError) -> None:
+    err.print(f"[red]error:[/red] {exc.message}", markup=True, highlight=False)
+    raise typer.Exit(1)
+
+
+def _print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+
+
+def _run(fn):
+    """Turn GroundedError into a one-line message and exit code 1."""
+    try:
+        return fn()
+    except GroundedError as exc:
+        _fail(exc)
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursive).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest files into a tenant: added, replaced, unchanged (same content) or refused."""
+
+    def work() -> list[IngestResult]:
+        service: IndexService = ctx.obj.index()
+        pipeline = service.pipeline(tenant)
+        files, results = discover(paths)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
+            task = progress.add_task(f"ingesting into {tenant}", total=len(files))
+            for result in pipeline.ingest(files):
+                results.append(result)
+                progress.advance(task)
+        return results
+
+    results = _run(work)
+    summary = Counter(r.status for r in results)
+    counts = {s: summary.get(s, 0) for s in ("added", "replaced", "unchanged", "refused")}
+    if as_json:
+        _print_json(
+            {
+                "tenant": tenant,
+                "results": [dataclasses.asdict(r) for r in results],
+                "summary": counts,
+            }
+        )
+    else:
+        for r in results:
+            if r.status == "refused":
+                err.print(f"refused  {r.source}: {r.reason}")
+            elif r.status != "unchanged":
+                out.print(f"{r.status:<9}{r.file_name}  ({r.chunks} chunks, {r.doc_id})")
+        out.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["refused"]:
+        raise typer.Exit(1)
+
+
+def search_hits(service: IndexService, tenant: str, query: str, k: int, mode: Mode):
+    """(hit, score) pairs for a query in the given mode; hybrid fuses by reciprocal rank."""
+    shard = service.shard(tenant)
+    pool = max(k, 20)
+    dense = lexical = []
+    if mode in ("dense", "hybrid"):
+        vector = service.embedder.embed_queries([query])
+        dense = shard.search_dense(vector, pool if mode == "hybrid" else k)
+    if mode in ("lexical", "hybrid"):
+        lexical = shard.search_lexical(query, pool if mode == "hybrid" else k)
+    if mode == "dense":
+        return [(h, h.dense_score) for h in dense]
+    if mode == "lexical":
+        return [(h, h.bm25_score) for h in lexical]
+    return reciprocal_rank_fusion([dense, lexical])[:k]
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    query: Annotated[str, typer.Argument(help="The question or keywords.")],
+    k: Annotated[int, typer.Option("--k", "-k", min=1, max=1000, help="Results.")] = 5,
+    mode: Annotated[str, typer.Option(help="dense | lexical | hybrid")] = "hybrid",
+    as_json: JsonOpt = False,
+) -> None:
+    """Search a tenant's chunks and print them with their sources."""
+    if mode not in ("dense", "lexical", "hybrid"):
+        raise typer.BadParameter(f"{mode!r}: use dense, lexical or hybrid", param_hint="--mode")
+    hits = _run(lambda: search_hits(ctx.obj.index(), tenant, query, k, mode))
+    if as_json:
+        rows = [
+            {"rank": rank, "score": score, **dataclasses.asdict(hit)}
+            for rank, (hit, score) in enumerate(hits, start=1)
+        ]
+        _print_json({"tenant": tenant, "query": query, "mode": mode, "results": rows})
+        return
+    if not hits:
+        out.print("no results")
+    for rank, (hit, score) in enumerate(hits, start=1):
+        where = " > ".join(hit.heading_path) or "-"
+        page = f", page {hit.page}" if hit.page else ""
+        out.print(
+            f"[bold]{rank}. {hit.file_name}[/bold]{page}  [dim]{where}  score {score:.4f}"
+            f"  chars {hit.start}-{hit.end}[/dim]",
+            markup=True,
+        )
+        snippet = " ".join(hit.text.split())
+        out.print("   " + (snippet[:300] + " ..." if len(snippet) > 300 else snippet))
+
+
+@app.command()
+def docs(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
+    """List a tenant's documents."""
+    records = _run(lambda: ctx.obj.index().shard(tenant).list_documents())
+    if as_json:
+        _print_json({"tenant": tenant, "documents": [dataclasses.asdict(r) for r in records]})
+        return
+    table = Table("doc id", "file", "type", "version", "chunks", "updated")
+    for r in records:
+        table.add_row(
+            r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count), r.updated_at
+        )
+    out.print(table)
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    doc_id: Annotated[str, typer.Argument(help="Document id, as `grounded docs` lists it.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a document: its chunks are never retrieved again."""
+
+    def work() -> None:
+        shard = ctx.obj.index().shard(tenant)
+        shard.delete_document(doc_id)
+        shard.flush()
+
+    _run(work)
+    if as_json:
+        _print_json({"tenant": tenant, "deleted": doc_id})
+    else:
+        out.print(f"deleted {doc_id}")
+
+
+@app.command()
+def reindex(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
+    """Re-chunk and re-embed a tenant's stored text with the configured embedder."""
+
+    def work() -> tuple[int, int]:
+        service: IndexService = ctx.obj.index()
+        service.shard(tenant, adopt=True)  # 404 for an unknown tenant
+        chunks = service.pipeline(tenant).reindex()
+        return len(service.shard(tenant).list_documents()), chunks
+
+    documents, chunks = _run(work)
+    model = ctx.obj.service.embedder.model_id
+    if as_json:
+        _print_json({"tenant": tenant, "documents": documents, "chunks": chunks, "embedder": model})
+    else:
+        out.print(f"reindexed {documents} documents into {chunks} chunks with {model}")
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="One tenant only.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Documents, chunks, vectors, index type and disk use per tenant."""
+
+    def work():
+        service: IndexService = ctx.obj.index()
+        names = [tenant] if tenant else service.tenants.tenants()
+        return [service.shard(name).stats() for name in names]
+
+    rows = _run(work)
+    if as_json:
+        _print_json(
+            {
+                "data_dir": str(ctx.obj.config.data_dir),
+                "tenants": [dataclasses.asdict(s) for s in rows],
+            }
+        )
+        return
+    table = Table(
+        "tenant", "documents", "chunks", "vectors", "index", "generation", "disk", "embedder"
+    )
+    for s in rows:
+        table.add_row(
+            s.tenant,
+            str(s.documents),
+            str(s.chunks),
+            str(s.vectors),
+            s.index_kind,
+            str(s.generation),
+            f"{s.disk_bytes / 1e6:.1f} MB",
+            s.manifest.embedder_model_id,
+        )
+    out.print(table)

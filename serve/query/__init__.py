@@ -1,0 +1,1 @@
+"""The query path: plain Python, no Ray."""
