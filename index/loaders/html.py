@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+from bs4.dammit import EncodingDetector
 
 from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder
@@ -50,7 +51,8 @@ class HtmlLoader:
     extensions = (".html", ".htm", ".xhtml")
 
     def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
-        soup = BeautifulSoup(decode_text(data, file_name), "html.parser")
+        declared = EncodingDetector.find_declared_encoding(data, is_html=True)
+        soup = BeautifulSoup(decode_text(data, file_name, declared), "html.parser")
         for tag in soup.find_all(_DROPPED):
             tag.decompose()
         for tag in soup.find_all(_is_hidden):

