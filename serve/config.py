@@ -65,12 +65,14 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of fields at the top")
         data = loaded or {}
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    unknown = set(overrides) - set(AppConfig.model_fields)
+    if unknown:
+        raise ConfigError(f"unknown configuration override(s): {', '.join(sorted(unknown))}")
     try:
         config = AppConfig(**data)
-        if overrides:
-            merged = config.model_dump() | {k: v for k, v in overrides.items() if v is not None}
-            config = AppConfig.model_validate(merged)
     except ValidationError as exc:
         where = f" in {path}" if path else ""
         raise ConfigError(f"invalid configuration{where}:\n{_describe(exc)}") from exc
-    return config
+    # Flags beat the environment, which beats the file (the environment is read above).
+    return config.model_copy(update=overrides) if overrides else config

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from index.config import VectorIndexConfig
+from index.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +111,10 @@ class VectorIndex:
         if self._gpu is None:
             faiss = self._faiss
             if not hasattr(faiss, "StandardGpuResources"):
-                raise RuntimeError(
+                raise ConfigError(
                     "vectors.device is 'cuda' but this FAISS build has no GPU support; "
-                    "install faiss-gpu or set vectors.device: cpu"
+                    "install the gpu extra (faiss-gpu) or set vectors.device: cpu",
+                    param="vectors.device",
                 )
             self._resources = getattr(self, "_resources", None) or faiss.StandardGpuResources()
             self._gpu = faiss.index_cpu_to_gpu(self._resources, 0, self._index)
