@@ -69,5 +69,6 @@ def test_sigkill_during_ingest_loses_no_acknowledged_document(tmp_path):
         lexical = shard.search_lexical(f"marker{number}", 1)
         assert [h.doc_id for h in lexical] == [doc_id], f"seed {seed}: {doc_id} not searchable"
         vector = service.embedder.embed_queries([f"Document marker{number} body text {number}."])
-        assert shard.search_dense(vector, 1)[0].doc_id == doc_id, f"seed {seed}: dense {doc_id}"
+        exact = [h.doc_id for h in shard.search_dense(vector, 5) if h.dense_score > 0.999]
+        assert doc_id in exact, f"seed {seed}: {doc_id} not found by its own vector"
     service.close()
