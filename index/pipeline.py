@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -170,7 +170,7 @@ class IngestPipeline:
         embedded, offset = [], 0
         for item in pending:
             count = len(item.chunks)
-            embedded.append(_with_vectors(item, vectors[offset : offset + count]))
+            embedded.append(replace(item, vectors=vectors[offset : offset + count]))
             offset += count
         statuses = self.shard.write_documents(embedded)
         return [
@@ -193,9 +193,3 @@ class IngestPipeline:
                 writer.write(doc_id, document.file_name, chunks, vectors)
                 written += len(chunks)
         return written
-
-
-def _with_vectors(item: PreparedDocument, vectors: np.ndarray) -> PreparedDocument:
-    from dataclasses import replace
-
-    return replace(item, vectors=vectors)

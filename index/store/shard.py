@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -248,24 +248,37 @@ class TenantShard:
         """Insert or replace documents and their chunks in one transaction."""
         if not prepared:
             return []
-        for item in prepared:
+        vectors = [
             validate_vectors(item.vectors, self.manifest.dimension, f"vectors of {item.source}")
+            for item in prepared
+        ]
         with self._lock:
             self._sync_vectors()
-            removed, added_ids, added_vectors, statuses = [], [], [], []
+            removed: list[int] = []
+            added: list[int] = []
+            statuses: list[Literal["added", "replaced"]] = []
             with self._transaction() as db:
-                for item in prepared:
+                behind = self.generation() != self._vectors_generation  # another writer
+                for item, item_vectors in zip(prepared, vectors, strict=True):
                     old = self._delete_rows(db, item.doc_id)
                     removed.extend(old or [])
                     statuses.append("replaced" if old is not None else "added")
-                    added_ids.extend(self._insert(db, item))
-                    added_vectors.append(validate_vectors(item.vectors, self.manifest.dimension))
+                    added.extend(self._insert(db, item, item_vectors))
                 generation = self._bump_generation(db)
-            self._vectors.remove(np.asarray(removed or [], dtype=np.int64))
-            if added_ids:
-                self._vectors.add(np.asarray(added_ids, dtype=np.int64), np.vstack(added_vectors))
-            self._vectors_generation = generation
+            self._apply(generation, behind, removed, added, np.vstack(vectors))
         return statuses
+
+    def _apply(
+        self, generation: int, behind: bool, removed: list[int], added: list[int], vectors
+    ) -> None:
+        """Mirror a committed write in the vector index (rebuild if it missed another's)."""
+        if behind:
+            self._rebuild_vectors(generation)
+            return
+        self._vectors.remove(np.asarray(removed, dtype=np.int64))
+        if added:
+            self._vectors.add(np.asarray(added, dtype=np.int64), vectors)
+        self._vectors_generation = generation
 
     def _delete_rows(self, db: sqlite3.Connection, doc_id: str) -> list[int] | None:
         """Delete a document's rows; its chunk ids, or None if there was no such document."""
@@ -276,7 +289,9 @@ class TenantShard:
         db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         return ids
 
-    def _insert(self, db: sqlite3.Connection, item: PreparedDocument) -> list[int]:
+    def _insert(
+        self, db: sqlite3.Connection, item: PreparedDocument, vectors: np.ndarray
+    ) -> list[int]:
         doc, now = item.document, _now()
         blocks = [[b.start, b.end, b.kind, list(b.heading_path), b.page] for b in doc.blocks]
         db.execute(
@@ -299,13 +314,14 @@ class TenantShard:
                 now,
             ),
         )
-        return _insert_chunks(db, doc.file_name, item.chunks, item.vectors)
+        return _insert_chunks(db, doc.file_name, item.chunks, vectors)
 
     def delete_document(self, doc_id: str) -> None:
         """Remove a document from the database and the vector index; 404 if absent."""
         with self._lock:
             self._sync_vectors()
             with self._transaction() as db:
+                behind = self.generation() != self._vectors_generation
                 removed = self._delete_rows(db, doc_id)
                 if removed is None:
                     raise DocumentNotFoundError(
@@ -313,8 +329,7 @@ class TenantShard:
                         "`grounded docs` lists the ids"
                     )
                 generation = self._bump_generation(db)
-            self._vectors.remove(np.asarray(removed, dtype=np.int64))
-            self._vectors_generation = generation
+            self._apply(generation, behind, removed, [], None)
 
     @contextmanager
     def rewrite(self, manifest: Manifest) -> Iterator[_Rewriter]:
@@ -322,7 +337,7 @@ class TenantShard:
         with self._lock:
             with self._transaction() as db:
                 db.execute("DELETE FROM chunks")
-                yield _Rewriter(self, db, manifest.dimension)
+                yield _Rewriter(db, manifest.dimension)
                 rows = [(k, str(getattr(manifest, k))) for k in Manifest.__dataclass_fields__]
                 db.executemany("INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)", rows)
                 generation = self._bump_generation(db)
@@ -457,8 +472,6 @@ def _record(row: tuple) -> DocumentRecord:
 
 
 def _replace_score(hit: SearchHit, *, dense: float | None = None, bm25: float | None = None):
-    from dataclasses import replace
-
     return replace(hit, dense_score=dense, bm25_score=bm25)
 
 
@@ -495,8 +508,8 @@ def _insert_chunks(
 class _Rewriter:
     """Writes re-embedded chunks of existing documents inside ``TenantShard.rewrite``."""
 
-    def __init__(self, shard: TenantShard, db: sqlite3.Connection, dimension: int) -> None:
-        self._shard, self._db, self._dimension = shard, db, dimension
+    def __init__(self, db: sqlite3.Connection, dimension: int) -> None:
+        self._db, self._dimension = db, dimension
 
     def write(self, doc_id: str, file_name: str, chunks: Sequence[Chunk], vectors: np.ndarray):
         vectors = validate_vectors(vectors, self._dimension, f"vectors of {file_name}")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from serve.cli import app
 from tests.conftest import CORPUS, REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

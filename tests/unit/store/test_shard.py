@@ -157,3 +157,14 @@ def test_exact_index_is_retrained_as_ivf_past_the_threshold(tmp_path):
     service.close()
     reopened = IndexService(config, tmp_path, embedder=HashingEmbedder()).start()
     assert reopened.shard("acme").stats().index_kind == stats.index_kind
+
+
+def test_two_writers_on_one_shard_keep_their_indexes_complete(fake_service):
+    ingest(fake_service, "acme", {"a.txt": "first alpha"})
+    other = reopen(fake_service.tenants.data_dir)  # e.g. a second `grounded ingest` process
+    ingest(other, "acme", {"b.txt": "second beta"})
+    ingest(fake_service, "acme", {"c.txt": "third gamma"})
+    for service in (fake_service, other):
+        assert service.shard("acme").stats().vectors == 3
+        assert dense(service, "acme", "second beta")[0].text == "second beta"
+    other.close()
