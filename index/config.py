@@ -63,6 +63,12 @@ class VectorIndexConfig(_Strict):
 
 
 class IndexConfig(_Strict):
+    ingest_batch_chunks: int = Field(
+        1024,
+        gt=0,
+        description="Chunks of several documents embedded in one call and committed in one "
+        "transaction; large enough for the embedder to sort them by length.",
+    )
     limits: LoaderLimits = LoaderLimits()
     chunker: ChunkerConfig = ChunkerConfig()
     embedder: EmbedderConfig = EmbedderConfig()

@@ -69,7 +69,7 @@ class IndexService:
             self.embedder,
             self.chunker,
             self.config.limits,
-            batch_chunks=self.config.embedder.batch_size * 4,
+            batch_chunks=self.config.ingest_batch_chunks,
         )
 
     def close(self) -> None:

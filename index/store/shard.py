@@ -260,10 +260,13 @@ class TenantShard:
             with self._transaction() as db:
                 behind = self.generation() != self._vectors_generation  # another writer
                 for item, item_vectors in zip(prepared, vectors, strict=True):
+                    created = db.execute(
+                        "SELECT created_at FROM documents WHERE doc_id = ?", (item.doc_id,)
+                    ).fetchone()
                     old = self._delete_rows(db, item.doc_id)
                     removed.extend(old or [])
                     statuses.append("replaced" if old is not None else "added")
-                    added.extend(self._insert(db, item, item_vectors))
+                    added.extend(self._insert(db, item, item_vectors, created and created[0]))
                 generation = self._bump_generation(db)
             self._apply(generation, behind, removed, added, np.vstack(vectors))
         return statuses
@@ -290,7 +293,11 @@ class TenantShard:
         return ids
 
     def _insert(
-        self, db: sqlite3.Connection, item: PreparedDocument, vectors: np.ndarray
+        self,
+        db: sqlite3.Connection,
+        item: PreparedDocument,
+        vectors: np.ndarray,
+        created_at: str | None,
     ) -> list[int]:
         doc, now = item.document, _now()
         blocks = [[b.start, b.end, b.kind, list(b.heading_path), b.page] for b in doc.blocks]
@@ -310,7 +317,7 @@ class TenantShard:
                 item.byte_count,
                 doc.page_count,
                 json.dumps(item.attributes, sort_keys=True),
-                now,
+                created_at or now,
                 now,
             ),
         )
