@@ -59,7 +59,7 @@ class VectorIndexConfig(_Strict):
     ivf_threshold: int = Field(
         50_000, ge=1000, description="Vectors at which the exact index is retrained as IVF."
     )
-    nprobe: int = Field(16, gt=0, description="IVF lists visited per query.")
+    nprobe: int = Field(32, gt=0, description="IVF lists visited per query.")
 
 
 class IndexConfig(_Strict):
