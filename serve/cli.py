@@ -12,7 +12,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,7 +23,7 @@ from index.errors import GroundedError
 from index.pipeline import IngestResult, discover
 from index.service import IndexService
 from serve.config import AppConfig, load_config
-from serve.query.fusion import reciprocal_rank_fusion
+from serve.query.retrieval import SEARCH_MODES, retrieve
 
 app = typer.Typer(
     help="Grounded: a self-hosted RAG appliance. Ingest documents per tenant and search them.",
@@ -35,7 +35,6 @@ err = Console(stderr=True, highlight=False)
 
 TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="Tenant id (lowercase).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-Mode = Literal["dense", "lexical", "hybrid"]
 
 
 @dataclasses.dataclass
@@ -138,23 +137,6 @@ def ingest(
         raise typer.Exit(1)
 
 
-def search_hits(service: IndexService, tenant: str, query: str, k: int, mode: Mode):
-    """(hit, score) pairs for a query in the given mode; hybrid fuses by reciprocal rank."""
-    shard = service.shard(tenant)
-    pool = max(k, 20)
-    dense = lexical = []
-    if mode in ("dense", "hybrid"):
-        vector = service.embedder.embed_queries([query])
-        dense = shard.search_dense(vector, pool if mode == "hybrid" else k)
-    if mode in ("lexical", "hybrid"):
-        lexical = shard.search_lexical(query, pool if mode == "hybrid" else k)
-    if mode == "dense":
-        return [(h, h.dense_score) for h in dense]
-    if mode == "lexical":
-        return [(h, h.bm25_score) for h in lexical]
-    return reciprocal_rank_fusion([dense, lexical])[:k]
-
-
 @app.command()
 def search(
     ctx: typer.Context,
@@ -165,9 +147,14 @@ def search(
     as_json: JsonOpt = False,
 ) -> None:
     """Search a tenant's chunks and print them with their sources."""
-    if mode not in ("dense", "lexical", "hybrid"):
+    if mode not in SEARCH_MODES:
         raise typer.BadParameter(f"{mode!r}: use dense, lexical or hybrid", param_hint="--mode")
-    hits = _run(lambda: search_hits(ctx.obj.index(), tenant, query, k, mode))
+
+    def work():
+        service: IndexService = ctx.obj.index()
+        return retrieve(service.shard(tenant), service.embedder, query, k, mode)
+
+    hits = _run(work)
     if as_json:
         rows = [
             {"rank": rank, "score": score, **dataclasses.asdict(hit)}

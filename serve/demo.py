@@ -13,8 +13,8 @@ from pathlib import Path
 
 from index.pipeline import discover
 from index.service import IndexService
-from serve.cli import search_hits
 from serve.config import load_config
+from serve.query.retrieval import retrieve
 
 CORPUS = Path(__file__).resolve().parent.parent / "samples" / "corpus"
 QUESTIONS = {
@@ -54,7 +54,7 @@ def main() -> None:
             for question in questions:
                 print(f"\n?  {question}")
                 for rank, (hit, _score) in enumerate(
-                    search_hits(service, tenant, question, 2, "hybrid"), start=1
+                    retrieve(service.shard(tenant), service.embedder, question, 2), start=1
                 ):
                     where = " > ".join(hit.heading_path) or "-"
                     page = f" p.{hit.page}" if hit.page else ""

@@ -46,6 +46,14 @@ def _is_hidden(tag: Tag) -> bool:
     )
 
 
+def fragment_text(html: str) -> str:
+    """Visible text of an HTML fragment (raw HTML inside Markdown, say)."""
+    soup = BeautifulSoup(html, "html.parser")
+    for tag in soup.find_all(_DROPPED):
+        tag.decompose()
+    return soup.get_text(" ")
+
+
 class HtmlLoader:
     media_type = "text/html"
     extensions = (".html", ".htm", ".xhtml")

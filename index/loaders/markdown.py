@@ -7,6 +7,7 @@ from markdown_it.token import Token
 
 from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder
+from index.loaders.html import fragment_text
 from index.loaders.text import decode_text
 from index.text import collapse_whitespace
 from index.types import BlockKind, Document
@@ -65,7 +66,7 @@ class MarkdownLoader:
                 else:
                     lines.append(token.content.rstrip("\n"))
             elif token.type == "html_block" and container is None:
-                builder.add(token.content, "paragraph", path())
+                builder.add(collapse_whitespace(fragment_text(token.content)), "paragraph", path())
             elif token.level == 0 and token.type in _CONTAINERS:
                 container, lines = _CONTAINERS[token.type], []
             elif token.level == 0 and token.nesting == -1 and container is not None:

@@ -28,6 +28,11 @@ def main():
 # Other
 
 Last paragraph.
+
+<div class="note">Raw <b>HTML</b> note</div>
+
+<script>alert("x")</script>
+<!-- a comment -->
 """
 
 
@@ -63,3 +68,9 @@ def test_block_offsets_slice_the_text():
     for block in doc.blocks:
         piece = doc.text[block.start : block.end]
         assert piece == piece.strip() and piece
+
+
+def test_raw_html_blocks_keep_only_their_visible_text():
+    text = load().text
+    assert "Raw HTML note" in text
+    assert "<div" not in text and "alert" not in text and "comment" not in text

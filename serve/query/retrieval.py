@@ -1,0 +1,32 @@
+"""Candidate retrieval from one tenant's shard: dense, lexical, or both fused."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from index.embedding import QueryEmbedder
+from index.store.shard import TenantShard
+from index.types import SearchHit
+from serve.query.fusion import reciprocal_rank_fusion
+
+SearchMode = Literal["dense", "lexical", "hybrid"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("dense", "lexical", "hybrid")
+HYBRID_POOL = 20  # candidates taken from each side before fusing
+
+
+def retrieve(
+    shard: TenantShard, embedder: QueryEmbedder, query: str, k: int, mode: SearchMode = "hybrid"
+) -> list[tuple[SearchHit, float]]:
+    """Top-``k`` (hit, score): cosine for dense, negated BM25 for lexical, RRF for hybrid."""
+    pool = max(k, HYBRID_POOL) if mode == "hybrid" else k
+    dense: list[SearchHit] = []
+    lexical: list[SearchHit] = []
+    if mode in ("dense", "hybrid"):
+        dense = shard.search_dense(embedder.embed_queries([query]), pool)
+    if mode in ("lexical", "hybrid"):
+        lexical = shard.search_lexical(query, pool)
+    if mode == "dense":
+        return [(hit, hit.dense_score) for hit in dense]
+    if mode == "lexical":
+        return [(hit, hit.bm25_score) for hit in lexical]
+    return reciprocal_rank_fusion([dense, lexical])[:k]
