@@ -135,8 +135,9 @@ class IngestPipeline:
         try:
             document = load_document(data, source.file_name, self.limits)
             if not document.text:
+                hint = " (a scanned PDF needs OCR first)" if document.page_count else ""
                 raise MalformedDocumentError(
-                    source.file_name, "contains no extractable text (a scanned PDF needs OCR first)"
+                    source.file_name, f"contains no extractable text{hint}"
                 )
             chunks = self.chunker.chunk(
                 document, tenant=self.shard.tenant, doc_id=doc_id, version=version

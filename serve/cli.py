@@ -31,7 +31,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="Tenant id (lowercase).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
@@ -61,6 +61,8 @@ def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
 ) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    if not verbose:  # pypdf logs every repair it attempts; refusals already say what failed
+        logging.getLogger("pypdf").setLevel(logging.ERROR)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -73,6 +75,15 @@ def main(
 def _fail(exc: GroundedError) -> None:
     err.print(f"[red]error:[/red] {exc.message}", markup=True, highlight=False)
     raise typer.Exit(1)
+
+
+def _table(*headers: str, whole: tuple[str, ...] = ()) -> Table:
+    """A table whose cells wrap rather than truncate; ``whole`` columns (ids to copy) never
+    wrap."""
+    table = Table()
+    for header in headers:
+        table.add_column(header, overflow="fold", no_wrap=header in whole)
+    return table
 
 
 def _print_json(payload: Any) -> None:
@@ -183,7 +194,7 @@ def docs(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> Non
     if as_json:
         _print_json({"tenant": tenant, "documents": [dataclasses.asdict(r) for r in records]})
         return
-    table = Table("doc id", "file", "type", "version", "chunks", "updated")
+    table = _table("doc id", "file", "type", "version", "chunks", "updated", whole=("doc id",))
     for r in records:
         table.add_row(
             r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count), r.updated_at
@@ -252,8 +263,16 @@ def stats(
             }
         )
         return
-    table = Table(
-        "tenant", "documents", "chunks", "vectors", "index", "generation", "disk", "embedder"
+    table = _table(
+        "tenant",
+        "documents",
+        "chunks",
+        "vectors",
+        "index",
+        "gen",
+        "disk",
+        "embedder",
+        whole=("tenant",),
     )
     for s in rows:
         table.add_row(
