@@ -24,3 +24,19 @@ def test_rrf_scores_by_reciprocal_ranks_and_merges_scores():
 
 def test_rrf_of_nothing_is_empty():
     assert reciprocal_rank_fusion([[], []]) == []
+
+
+def test_weighted_fusion_combines_normalised_scores():
+    from serve.query.fusion import weighted_fusion
+
+    dense = [hit("a", dense=0.9), hit("b", dense=0.5), hit("c", dense=0.1)]
+    lexical = [hit("c", bm25=10.0), hit("d", bm25=5.0)]
+    fused = dict((h.chunk_id, s) for h, s in weighted_fusion(dense, lexical, dense_weight=0.7))
+    assert fused["a"] == pytest.approx(0.7)
+    assert fused["b"] == pytest.approx(0.7 * 0.5)
+    assert fused["c"] == pytest.approx(0.3)  # bottom of dense (0), top of lexical (1)
+    assert fused["d"] == pytest.approx(0.0)
+    only_dense = weighted_fusion(dense, lexical, dense_weight=1.0)
+    assert next(h.chunk_id for h, _ in only_dense) == "a"
+    with pytest.raises(ValueError, match="dense_weight"):
+        weighted_fusion(dense, lexical, dense_weight=1.5)

@@ -1,0 +1,46 @@
+"""The evidence gate: abstain without calling the generator when no candidate is good enough."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from index.types import SearchHit
+from serve.query.language import detect_language
+
+NOT_FOUND = {
+    "en": "Not found in the sources.",
+    "fr": "Introuvable dans les sources.",
+    "ru": "В источниках ответа нет.",
+    "de": "In den Quellen nicht gefunden.",
+    "es": "No se encuentra en las fuentes.",
+    "it": "Non trovato nelle fonti.",
+    "nl": "Niet gevonden in de bronnen.",
+    "pt": "Não encontrado nas fontes.",
+}
+
+
+def not_found_message(question: str) -> str:
+    """The abstention, in the question's language where it is known."""
+    return NOT_FOUND.get(detect_language(question), NOT_FOUND["en"])
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceGate:
+    """A candidate passes on its cosine similarity, or on a strong lexical match (identifiers
+    such as contract numbers have weak embeddings but exact BM25 hits)."""
+
+    min_dense_score: float = 0.35
+    min_bm25_score: float | None = None
+
+    def passes(self, hit: SearchHit) -> bool:
+        if hit.dense_score is not None and hit.dense_score >= self.min_dense_score:
+            return True
+        return (
+            self.min_bm25_score is not None
+            and hit.bm25_score is not None
+            and hit.bm25_score >= self.min_bm25_score
+        )
+
+    def filter(self, hits: Sequence[SearchHit]) -> list[SearchHit]:
+        return [hit for hit in hits if self.passes(hit)]
