@@ -101,30 +101,31 @@ class QueryPipeline:
         count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
         not_found = not_found_message(question)
         max_tokens = max_tokens or 512
+        source_tokens = [count(builder.source_block(Source(99, h))) + 2 for h in hits]
         plan = plan_budget(
             window=self.generator.max_model_len,
             max_tokens=max_tokens,
             system_tokens=count(builder.system([], not_found)) + MESSAGE_OVERHEAD,
             question_tokens=count(question) + MESSAGE_OVERHEAD,
-            source_tokens=[count(builder.source_block(Source(99, h))) + 2 for h in hits],
+            source_tokens=source_tokens,
             history_tokens=[count(t.content) + MESSAGE_OVERHEAD for t in history],
             history_share=self.config.history_share,
         )
         admitted = [hits[i] for i in plan.sources]
         kept = [history[i] for i in plan.history]
-        while True:  # counts above are per part; the rendered template is the final word
+        window = self.generator.max_model_len
+        while admitted:  # counts above are per part; the rendered template is the final word
             sources = canonical_order(admitted)
             token_ids = self.generator.render(builder.messages(sources, kept, question, not_found))
-            if len(token_ids) + max_tokens <= self.generator.max_model_len or not admitted:
-                break
+            if len(token_ids) + max_tokens <= window:
+                return PreparedPrompt(token_ids, tuple(sources), max_tokens, cache_salt(tenant))
             admitted.pop()
-        if len(token_ids) + max_tokens > self.generator.max_model_len:
-            raise ContextLengthError(
-                f"this model's maximum context length is {self.generator.max_model_len} tokens, "
-                f"but the prompt needs {len(token_ids)} plus {max_tokens} for the answer; "
-                "shorten the question or lower max_tokens"
-            )
-        return PreparedPrompt(token_ids, tuple(sources), max_tokens, cache_salt(tenant))
+        needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
+        raise ContextLengthError(
+            f"this model's maximum context length is {window} tokens, but the question with "
+            f"one source and {max_tokens} tokens for the answer needs {needed + max_tokens}; "
+            "shorten the question or lower max_tokens"
+        )
 
     async def answer(
         self,

@@ -75,8 +75,16 @@ def test_question_too_long_for_the_window_is_refused_with_numbers(service):
 
 
 def test_sources_are_trimmed_to_fit_a_small_window(service):
-    generator = ScriptedGenerator("ok", max_model_len=150)
+    generator = ScriptedGenerator("ok", max_model_len=170)
     pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
     answer = run(pipeline, "acme", "annual leave", max_tokens=20)
     assert 1 <= len(answer.sources) < 2
-    assert generator.calls[0]["tokens"] + 20 <= 150
+    assert generator.calls[0]["tokens"] + 20 <= 170
+
+
+def test_no_room_for_a_single_source_is_refused_not_answered_blind(service):
+    generator = ScriptedGenerator("ok", max_model_len=150)
+    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    with pytest.raises(ContextLengthError, match="with one source"):
+        run(pipeline, "acme", "annual leave", max_tokens=20)
+    assert generator.calls == []
