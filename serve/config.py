@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from index.config import IndexConfig
 from index.errors import ConfigError
+from serve.generator import GeneratorConfig
+from serve.query.pipeline import QueryConfig
 
 DEFAULT_DATA_DIR = Path("data")
 
@@ -27,6 +29,8 @@ class AppConfig(BaseSettings):
 
     data_dir: Path = DEFAULT_DATA_DIR
     index: IndexConfig = IndexConfig()
+    query: QueryConfig = QueryConfig()
+    generator: GeneratorConfig = GeneratorConfig()
 
     @classmethod
     def settings_customise_sources(

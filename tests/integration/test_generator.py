@@ -120,3 +120,36 @@ def test_query_pipeline_end_to_end_with_real_components(generator, loop, tmp_pat
     unanswerable = loop.run_until_complete(pipeline.answer("acme", question))
     assert unanswerable.abstained and unanswerable.sources == ()
     service.close()
+
+
+def test_ask_command_answers_or_abstains_as_json(generator, tmp_path):
+    """`grounded ask` end to end: MiniLM retrieval, the real engine, checked citations."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from serve.cli import app
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"),
+        "generator": {"model": generator.config.model, "max_model_len": 2048, "max_tokens": 8,
+                      "engine_kwargs": dict(generator.config.engine_kwargs)},
+    }))  # fmt: skip
+    runner = CliRunner()
+    ingest = runner.invoke(app, ["-c", str(config), "ingest", "-t", "acme", str(CORPUS / "acme")])
+    assert ingest.exit_code == 0, ingest.output
+    asked = runner.invoke(app, ["-c", str(config), "ask", "-t", "acme", "--json",
+                                "What power supply does the GX-4200 need?"])  # fmt: skip
+    assert asked.exit_code == 0, asked.output
+    answer = json.loads(asked.stdout)
+    assert answer["abstained"] is False and answer["sources"]
+    assert answer["sources"][0]["file_name"] == "gx-4200-faq.html" or any(
+        s["file_name"] == "gx-4200-faq.html" for s in answer["sources"]
+    )
+    numbers = {s["number"] for s in answer["sources"]}
+    assert {c["number"] for c in answer["citations"]} <= numbers
+    assert 0 < answer["usage"]["completion_tokens"] <= 8
+    missing = runner.invoke(app, ["-c", str(config), "ask", "-t", "nobody", "anything"])
+    assert missing.exit_code == 1 and "has no documents yet" in missing.output

