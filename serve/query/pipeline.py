@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,19 +15,19 @@ from index.types import SearchHit
 from serve.generator import Generator
 from serve.query.budget import ContextLengthError, plan_budget
 from serve.query.citations import check_citations
-from serve.query.fusion import reciprocal_rank_fusion, weighted_fusion
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
-from serve.query.retrieval import SearchMode
+from serve.query.retrieval import Fusion, SearchMode, retrieve
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
+DEFAULT_MAX_TOKENS = 512
 
 
 class QueryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: SearchMode = "hybrid"
-    fusion: Literal["rrf", "weighted"] = "rrf"
+    fusion: Fusion = "rrf"
     dense_weight: float = Field(0.5, ge=0.0, le=1.0)
     candidates: int = Field(20, gt=0, description="Candidates taken from each retriever.")
     top_k: int = Field(5, gt=0, description="Most sources given to the generator.")
@@ -72,20 +71,18 @@ class QueryPipeline:
 
     def retrieve(self, tenant: str, question: str) -> list[SearchHit]:
         """Candidates that pass the evidence gate, best first, at most ``top_k``."""
-        shard = self.index.shard(tenant)
         config = self.config
-        dense: list[SearchHit] = []
-        lexical: list[SearchHit] = []
-        if config.mode in ("dense", "hybrid"):
-            query = self.index.embedder.embed_queries([question])
-            dense = shard.search_dense(query, config.candidates)
-        if config.mode in ("lexical", "hybrid"):
-            lexical = shard.search_lexical(question, config.candidates)
-        if config.fusion == "weighted":
-            ranked = [hit for hit, _ in weighted_fusion(dense, lexical, config.dense_weight)]
-        else:
-            ranked = [hit for hit, _ in reciprocal_rank_fusion([dense, lexical])]
-        return self.gate.filter(ranked)[: config.top_k]
+        ranked = retrieve(
+            self.index.shard(tenant),
+            self.index.embedder,
+            question,
+            2 * config.candidates,  # everything both sides found, fused
+            config.mode,
+            fusion=config.fusion,
+            dense_weight=config.dense_weight,
+            pool=config.candidates,
+        )
+        return self.gate.filter([hit for hit, _ in ranked])[: config.top_k]
 
     def prepare(
         self,
@@ -100,7 +97,7 @@ class QueryPipeline:
             return None
         count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
         not_found = not_found_message(question)
-        max_tokens = max_tokens or 512
+        max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         source_tokens = [count(builder.source_block(Source(99, h))) + 2 for h in hits]
         plan = plan_budget(
             window=self.generator.max_model_len,
