@@ -27,7 +27,9 @@ class GeneratorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str | None = None
+    model: str | None = Field(
+        "qwen2.5-0.5b", description="A name from `grounded models list`, or a local model folder."
+    )
     max_model_len: int = Field(4096, gt=0)
     max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
     temperature: float = Field(0.0, ge=0.0)

@@ -60,7 +60,11 @@ def models_dir(data_dir: Path) -> Path:
 def resolve_model(value: str | None, data_dir: Path) -> str:
     """A configured generator model (a known name or a folder) -> the folder vLLM loads."""
     if not value:
-        raise ConfigError("generator.model is not set", param="generator.model")
+        raise ConfigError(
+            "generator.model is not set: use a name from `grounded models list` "
+            "or the path of a local Hugging Face model folder",
+            param="generator.model",
+        )
     if value in MODELS:
         folder = models_dir(data_dir) / value
         if not (folder / "config.json").is_file():
