@@ -23,7 +23,7 @@ from index.errors import GroundedError
 from index.pipeline import IngestResult, discover
 from index.service import IndexService
 from serve.config import AppConfig, load_config
-from serve.query.retrieval import SEARCH_MODES, retrieve
+from serve.query.retrieval import SEARCH_MODES, SearchFilter, retrieve
 
 app = typer.Typer(
     help="Grounded: a self-hosted RAG appliance. Ingest documents per tenant and search them.",
@@ -35,6 +35,19 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="Tenant id (lowercase).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+AttrOpt = Annotated[
+    list[str] | None, typer.Option("--attr", help="KEY=VALUE attribute (repeatable).")
+]
+
+
+def _attributes(pairs: list[str] | None) -> dict[str, str]:
+    attributes = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{pair!r}: use KEY=VALUE", param_hint="--attr")
+        attributes[key.strip()] = value.strip()
+    return attributes
 
 
 @dataclasses.dataclass
@@ -103,14 +116,17 @@ def ingest(
     ctx: typer.Context,
     tenant: TenantOpt,
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursive).")],
+    attr: AttrOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files into a tenant: added, replaced, unchanged (same content) or refused."""
+    attributes = _attributes(attr)
 
     def work() -> list[IngestResult]:
         service: IndexService = ctx.obj.index()
         pipeline = service.pipeline(tenant)
         files, results = discover(paths)
+        files = [dataclasses.replace(f, attributes=attributes) for f in files]
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -155,15 +171,29 @@ def search(
     query: Annotated[str, typer.Argument(help="The question or keywords.")],
     k: Annotated[int, typer.Option("--k", "-k", min=1, max=1000, help="Results.")] = 5,
     mode: Annotated[str, typer.Option(help="dense | lexical | hybrid")] = "hybrid",
+    file: Annotated[
+        list[str] | None, typer.Option("--file", help="Only this file name (repeatable).")
+    ] = None,
+    doc: Annotated[
+        list[str] | None, typer.Option("--doc", help="Only this doc id (repeatable).")
+    ] = None,
+    attr: AttrOpt = None,
+    min_score: Annotated[float | None, typer.Option(help="Drop results scoring lower.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search a tenant's chunks and print them with their sources."""
+    search_filter = SearchFilter(
+        doc_ids=tuple(doc) if doc else None,
+        file_names=tuple(file) if file else None,
+        attributes=_attributes(attr),
+    )
     if mode not in SEARCH_MODES:
         raise typer.BadParameter(f"{mode!r}: use dense, lexical or hybrid", param_hint="--mode")
 
     def work():
         service: IndexService = ctx.obj.index()
-        return retrieve(service.shard(tenant), service.embedder, query, k, mode)
+        return retrieve(service.shard(tenant), service.embedder, query, k, mode,
+                        search_filter=search_filter, score_threshold=min_score)  # fmt: skip
 
     hits = _run(work)
     if as_json:

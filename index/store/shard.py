@@ -378,6 +378,25 @@ class TenantShard:
             parsed = tuple(Block(s, e, k, tuple(h), p) for s, e, k, h, p in json.loads(blocks))
             yield doc_id, Document(file_name, media_type, text, parsed, page_count)
 
+    def matching_doc_ids(
+        self,
+        doc_ids: Collection[str] | None = None,
+        file_names: Collection[str] | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Ids of this tenant's documents matching every given condition (a filter can only
+        narrow a search: ids of other tenants simply do not exist here)."""
+        sql, params = "SELECT doc_id FROM documents WHERE 1=1", []
+        for column, values in (("doc_id", doc_ids), ("file_name", file_names)):
+            if values is not None:
+                values = list(values)
+                sql += f" AND {column} IN ({','.join('?' * len(values))})"
+                params += values
+        for key, value in (attributes or {}).items():
+            sql += " AND json_extract(attributes, ?) = ?"
+            params += ["$." + json.dumps(key), value]
+        return [row[0] for row in self._conn.execute(sql, params)]
+
     def document_versions(self) -> dict[str, int]:
         return dict(self._conn.execute("SELECT doc_id, version FROM documents").fetchall())
 

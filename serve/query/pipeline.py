@@ -17,7 +17,7 @@ from serve.query.budget import ContextLengthError, plan_budget
 from serve.query.citations import check_citations
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
-from serve.query.retrieval import Fusion, SearchMode, retrieve
+from serve.query.retrieval import Fusion, SearchFilter, SearchMode, retrieve
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
 DEFAULT_MAX_TOKENS = 512
@@ -69,7 +69,9 @@ class QueryPipeline:
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
 
-    def retrieve(self, tenant: str, question: str) -> list[SearchHit]:
+    def retrieve(
+        self, tenant: str, question: str, search_filter: SearchFilter | None = None
+    ) -> list[SearchHit]:
         """Candidates that pass the evidence gate, best first, at most ``top_k``."""
         config = self.config
         ranked = retrieve(
@@ -81,6 +83,7 @@ class QueryPipeline:
             fusion=config.fusion,
             dense_weight=config.dense_weight,
             pool=config.candidates,
+            search_filter=search_filter,
         )
         return self.gate.filter([hit for hit, _ in ranked])[: config.top_k]
 
@@ -90,9 +93,10 @@ class QueryPipeline:
         question: str,
         history: Sequence[Turn] = (),
         max_tokens: int | None = None,
+        search_filter: SearchFilter | None = None,
     ) -> PreparedPrompt | None:
         """The prompt to generate from, or None when no source passes the gate (abstain)."""
-        hits = self.retrieve(tenant, question)
+        hits = self.retrieve(tenant, question, search_filter)
         if not hits:
             return None
         count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
@@ -131,8 +135,9 @@ class QueryPipeline:
         history: Sequence[Turn] = (),
         max_tokens: int | None = None,
         request_id: str = "",
+        search_filter: SearchFilter | None = None,
     ) -> Answer:
-        prepared = self.prepare(tenant, question, history, max_tokens)
+        prepared = self.prepare(tenant, question, history, max_tokens, search_filter)
         if prepared is None:
             return Answer(not_found_message(question), (), (), abstained=True)
         parts: list[str] = []

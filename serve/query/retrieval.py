@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from typing import Literal
 
 from index.embedding import QueryEmbedder
@@ -13,6 +15,38 @@ SearchMode = Literal["dense", "lexical", "hybrid"]
 Fusion = Literal["rrf", "weighted"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("dense", "lexical", "hybrid")
 HYBRID_POOL = 20  # candidates taken from each side before fusing
+NEAR_DUPLICATE = 0.9  # word-trigram Jaccard similarity above which a lower hit is dropped
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Narrows a search to documents matching every given condition (None = no condition)."""
+
+    doc_ids: tuple[str, ...] | None = None
+    file_names: tuple[str, ...] | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.doc_ids is None and self.file_names is None and not self.attributes
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i : i + 3]) for i in range(max(1, len(words) - 2))}
+
+
+def drop_near_duplicates(
+    ranked: list[tuple[SearchHit, float]], threshold: float = NEAR_DUPLICATE
+) -> list[tuple[SearchHit, float]]:
+    """Keep the best-ranked of chunks whose texts are near-identical (copied paragraphs, the
+    same page in two versions of a file)."""
+    kept: list[tuple[SearchHit, float, set]] = []
+    for hit, score in ranked:
+        grams = _trigrams(hit.text)
+        if all(len(grams & g) / len(grams | g) < threshold for _, _, g in kept):
+            kept.append((hit, score, grams))
+    return [(hit, score) for hit, score, _ in kept]
 
 
 def retrieve(
@@ -25,20 +59,32 @@ def retrieve(
     fusion: Fusion = "rrf",
     dense_weight: float = 0.5,
     pool: int = HYBRID_POOL,
+    search_filter: SearchFilter | None = None,
+    score_threshold: float | None = None,
 ) -> list[tuple[SearchHit, float]]:
     """Top-``k`` (hit, score): cosine for dense, negated BM25 for lexical, and for hybrid the
-    RRF or weighted score over ``pool`` candidates from each side."""
-    pool = max(k, pool) if mode == "hybrid" else k
+    RRF or weighted score over ``pool`` candidates from each side. Near-duplicates are dropped;
+    ``score_threshold`` applies to the returned score."""
+    doc_ids = None
+    if search_filter is not None and not search_filter.empty:
+        doc_ids = shard.matching_doc_ids(
+            search_filter.doc_ids, search_filter.file_names, search_filter.attributes
+        )
+    pool = max(k, pool) if mode == "hybrid" else 2 * k  # room for dropped near-duplicates
     dense: list[SearchHit] = []
     lexical: list[SearchHit] = []
     if mode in ("dense", "hybrid"):
-        dense = shard.search_dense(embedder.embed_queries([query]), pool)
+        dense = shard.search_dense(embedder.embed_queries([query]), pool, doc_ids)
     if mode in ("lexical", "hybrid"):
-        lexical = shard.search_lexical(query, pool)
+        lexical = shard.search_lexical(query, pool, doc_ids)
     if mode == "dense":
-        return [(hit, hit.dense_score) for hit in dense]
-    if mode == "lexical":
-        return [(hit, hit.bm25_score) for hit in lexical]
-    if fusion == "weighted":
-        return weighted_fusion(dense, lexical, dense_weight)[:k]
-    return reciprocal_rank_fusion([dense, lexical])[:k]
+        ranked = [(hit, hit.dense_score) for hit in dense]
+    elif mode == "lexical":
+        ranked = [(hit, hit.bm25_score) for hit in lexical]
+    elif fusion == "weighted":
+        ranked = weighted_fusion(dense, lexical, dense_weight)
+    else:
+        ranked = reciprocal_rank_fusion([dense, lexical])
+    if score_threshold is not None:
+        ranked = [(hit, score) for hit, score in ranked if score >= score_threshold]
+    return drop_near_duplicates(ranked)[:k]

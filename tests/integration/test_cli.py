@@ -164,3 +164,10 @@ def test_console_script_and_environment_data_dir(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["summary"]["added"] == 1
     assert (tmp_path / "env-data" / "tenants" / "solo" / "shard.sqlite3").is_file()
+
+
+def test_search_filters_narrow_to_the_named_file(data_dir, ingested):
+    found = as_json(data_dir, "search", "-t", "acme", "leave", "--file", "politique-teletravail.md")
+    assert {r["file_name"] for r in found["results"]} == {"politique-teletravail.md"}
+    none = as_json(data_dir, "search", "-t", "acme", "leave", "--attr", "site=nowhere")
+    assert none["results"] == []

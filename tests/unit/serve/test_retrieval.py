@@ -1,7 +1,7 @@
 import pytest
 
 from index.pipeline import SourceFile
-from serve.query.retrieval import retrieve
+from serve.query.retrieval import SearchFilter, retrieve
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,45 @@ def test_hybrid_fuses_both_sides_and_respects_k(fake_service, shard):
     assert scores == sorted(scores, reverse=True)
     contract = next(h for h, _ in fused if h.file_name == "contract.txt")
     assert contract.bm25_score is not None and contract.dense_score is not None
+
+
+def test_filters_narrow_by_file_name_doc_id_and_attribute(fake_service):
+    pipeline = fake_service.pipeline("acme")
+    list(pipeline.ingest([
+        SourceFile.from_bytes(b"oil the pump monthly", "a.txt", attributes={"site": "lyon"}),
+        SourceFile.from_bytes(b"oil the pump weekly", "b.txt", attributes={"site": "lille"}),
+    ]))  # fmt: skip
+    shard, embedder = fake_service.shard("acme"), fake_service.embedder
+
+    def files(search_filter, mode="hybrid"):
+        found = retrieve(shard, embedder, "oil pump", 5, mode, search_filter=search_filter)
+        return sorted(h.file_name for h, _ in found)
+
+    assert files(None) == ["a.txt", "b.txt"]
+    for mode in ("dense", "lexical", "hybrid"):
+        assert files(SearchFilter(file_names=("b.txt",)), mode) == ["b.txt"]
+        assert files(SearchFilter(attributes={"site": "lyon"}), mode) == ["a.txt"]
+    b_id = shard.matching_doc_ids(file_names=["b.txt"])[0]
+    assert files(SearchFilter(doc_ids=(b_id,))) == ["b.txt"]
+    assert files(SearchFilter(doc_ids=("doc-of-another-tenant",))) == []
+    assert files(SearchFilter(attributes={"site": "paris"})) == []
+
+
+def test_near_duplicates_keep_the_best_ranked_copy(fake_service):
+    text = "The quarterly safety inspection covers ladders, forklifts and fire doors."
+    list(fake_service.pipeline("acme").ingest([
+        SourceFile.from_bytes(text.encode(), "v1.txt"),
+        SourceFile.from_bytes((text + " ").encode(), "v2.txt"),  # same words, other bytes
+        SourceFile.from_bytes(b"Fire doors are checked by the quarterly safety inspection team.",
+                              "other.txt"),
+    ]))  # fmt: skip
+    found = retrieve(fake_service.shard("acme"), fake_service.embedder, "safety inspection", 5)
+    names = [h.file_name for h, _ in found]
+    assert len({"v1.txt", "v2.txt"} & set(names)) == 1 and "other.txt" in names
+
+
+def test_score_threshold_applies_to_the_returned_score(fake_service, shard):
+    everything = retrieve(shard, fake_service.embedder, "pump oil", 5, "dense")
+    cut = everything[0][1] - 1e-6
+    kept = retrieve(shard, fake_service.embedder, "pump oil", 5, "dense", score_threshold=cut)
+    assert [h.chunk_id for h, _ in kept] == [everything[0][0].chunk_id]
