@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +52,48 @@ class GenerationChunk:
     completion_tokens: int = 0
 
 
+@dataclass(slots=True)
+class EngineStats:
+    """The engine's own counters, as its stat loggers receive them (for metrics)."""
+
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of which were found
+    kv_cache_usage: float = 0.0  # fraction of KV-cache blocks in use, latest
+    running_requests: int = 0
+    waiting_requests: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return (
+            self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+        )
+
+
+def _recorder_factory(stats: EngineStats):
+    """A vLLM StatLoggerBase that accumulates into ``stats`` (vLLM calls record() per step)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _Recorder(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if scheduler_stats is None:
+                return
+            stats.kv_cache_usage = scheduler_stats.kv_cache_usage
+            stats.running_requests = scheduler_stats.num_running_reqs
+            stats.waiting_requests = scheduler_stats.num_waiting_reqs
+            prefix = scheduler_stats.prefix_cache_stats
+            if prefix is not None:
+                stats.prefix_cache_queries += prefix.queries
+                stats.prefix_cache_hits += prefix.hits
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return _Recorder
+
+
 class Generator(Protocol):
     """What the query pipeline needs from a generator (VllmGenerator, or a fake in tests)."""
 
@@ -85,6 +127,11 @@ class VllmGenerator:
         self.max_model_len = config.max_model_len
         self._engine = None
         self._tokenizer = None
+        self._stats = EngineStats()
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's prefix-cache and KV-cache counters."""
+        return replace(self._stats)
 
     def start(self) -> VllmGenerator:
         if self._engine is not None:
@@ -99,7 +146,9 @@ class VllmGenerator:
             disable_log_stats=False,
             **self.config.engine_kwargs,
         )
-        self._engine = AsyncLLM.from_engine_args(args)
+        self._engine = AsyncLLM.from_engine_args(
+            args, stat_loggers=[_recorder_factory(self._stats)]
+        )
         self._tokenizer = self._engine.get_tokenizer()
         log.info("generator %s started", self.config.model)
         return self

@@ -81,6 +81,11 @@ def test_prefix_cache_is_shared_within_a_salt_and_never_across(generator, loop):
     assert first.cached_tokens == 0
     assert again.cached_tokens >= 256
     assert other.cached_tokens == 0
+    stats = generator.stats()  # the engine's own counters agree
+    assert stats.prefix_cache_hits >= again.cached_tokens
+    assert stats.prefix_cache_queries >= 3 * len(long) - 3
+    assert 0.0 < stats.prefix_cache_hit_rate < 1.0
+    assert 0.0 <= stats.kv_cache_usage <= 1.0
 
 
 def test_stopping_early_aborts_and_the_engine_keeps_serving(generator, loop):
