@@ -139,12 +139,10 @@ class VllmGenerator:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        options = {"enable_prefix_caching": True, "disable_log_stats": False}
+        options |= self.config.engine_kwargs  # vLLM's own options win (benchmarks turn caching off)
         args = AsyncEngineArgs(
-            model=self.config.model,
-            max_model_len=self.config.max_model_len,
-            enable_prefix_caching=True,
-            disable_log_stats=False,
-            **self.config.engine_kwargs,
+            model=self.config.model, max_model_len=self.config.max_model_len, **options
         )
         self._engine = AsyncLLM.from_engine_args(
             args, stat_loggers=[_recorder_factory(self._stats)]
