@@ -146,7 +146,9 @@ def convert_gguf(gguf: Path, output: Path) -> None:
     """Dequantise a GGUF checkpoint with transformers and save it as safetensors."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # `models fetch` shows its own progress
     staging = output.with_name(output.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
