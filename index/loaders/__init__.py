@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from index.config import LoaderLimits
-from index.errors import FileTooLargeError, UnsupportedFileError
+from index.errors import (
+    DocumentRefusedError,
+    FileTooLargeError,
+    MalformedDocumentError,
+    UnsupportedFileError,
+)
 from index.loaders.base import DocumentLoader
 from index.loaders.html import HtmlLoader
 from index.loaders.markdown import MarkdownLoader
@@ -37,7 +42,14 @@ def load_document(data: bytes, file_name: str, limits: LoaderLimits) -> Document
             file_name,
             f"{len(data):,} bytes is more than limits.max_bytes ({limits.max_bytes:,})",
         )
-    return loader.load(data, file_name, limits)
+    try:
+        return loader.load(data, file_name, limits)
+    except (DocumentRefusedError, MemoryError):
+        raise
+    except Exception as exc:  # parsers raise many types on hostile input (RecursionError ...)
+        raise MalformedDocumentError(
+            file_name, f"unreadable {loader.media_type} ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 __all__ = ["LOADERS", "SUPPORTED_EXTENSIONS", "DocumentLoader", "load_document", "loader_for"]

@@ -147,9 +147,8 @@ class TenantShard:
         return True
 
     def _write_manifest(self, manifest: Manifest) -> None:
-        rows = [(k, str(getattr(manifest, k))) for k in Manifest.__dataclass_fields__]
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)", rows)
+            _store_manifest(db, manifest)
             db.execute("INSERT OR IGNORE INTO manifest(key, value) VALUES ('generation', '0')")
 
     @property
@@ -345,8 +344,7 @@ class TenantShard:
             with self._transaction() as db:
                 db.execute("DELETE FROM chunks")
                 yield _Rewriter(db, manifest.dimension)
-                rows = [(k, str(getattr(manifest, k))) for k in Manifest.__dataclass_fields__]
-                db.executemany("INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)", rows)
+                _store_manifest(db, manifest)
                 generation = self._bump_generation(db)
             self.manifest = manifest
             self._rebuild_vectors(generation)
@@ -491,6 +489,11 @@ _DOC_COLUMNS = (
     " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
     " d.page_count, d.created_at, d.updated_at, d.attributes"
 )
+
+
+def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
+    rows = [(key, str(getattr(manifest, key))) for key in Manifest.__dataclass_fields__]
+    db.executemany("INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)", rows)
 
 
 def _record(row: tuple) -> DocumentRecord:

@@ -54,3 +54,11 @@ def test_declared_legacy_encoding_is_used():
     html = '<meta charset="windows-1252"><p>Café à Montréal, déjà vu.</p>'.encode("cp1252")
     doc = load_document(html, "fr.html", LoaderLimits())
     assert doc.text == "Café à Montréal, déjà vu."
+
+
+def test_hostile_nesting_is_refused_not_a_crash():
+    from index.errors import MalformedDocumentError
+
+    deep = ("<div>" * 5000 + "deep text" + "</div>" * 5000).encode()
+    with pytest.raises(MalformedDocumentError, match=r"deep\.html: unreadable text/html"):
+        load_document(deep, "deep.html", LoaderLimits())
