@@ -98,3 +98,4 @@ class SearchHit:
     text: str
     dense_score: float | None = None
     bm25_score: float | None = None
+    rerank_score: float | None = None  # set when a reranker rescored the hit

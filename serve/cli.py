@@ -364,6 +364,9 @@ def ask(
     tenant: TenantOpt,
     question: Annotated[str, typer.Argument(help="The question.")],
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Answer length cap.")] = None,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Print the answer as it is written.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the tenant's documents, with checked citations."""
@@ -371,39 +374,69 @@ def ask(
 
     from serve.generator import VllmGenerator
     from serve.models import resolve_model
-    from serve.query.pipeline import QueryPipeline
+    from serve.query.pipeline import Answer, QueryPipeline
 
     config: AppConfig = ctx.obj.config
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
+    live = stream and not as_json
 
-    async def work():
+    async def work() -> Answer:
         service: IndexService = ctx.obj.index()
         service.shard(tenant)  # an unknown tenant fails before the engine starts
         model = resolve_model(config.generator.model, config.data_dir)
         generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
         try:
             pipeline = QueryPipeline(service, generator, config.query)
-            return await pipeline.answer(tenant, question, max_tokens=max_tokens or
-                                         config.generator.max_tokens)  # fmt: skip
+            tokens = max_tokens or config.generator.max_tokens
+            async for item in pipeline.stream(tenant, question, max_tokens=tokens):
+                if isinstance(item, Answer):
+                    return item
+                if live:
+                    print(item, end="", flush=True)
         finally:
             generator.shutdown()
+        raise AssertionError("no answer")
 
     answer = _run(lambda: asyncio.run(work()))
-    cited = [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.cited]
     if as_json:
-        _print_json({
-            "tenant": tenant, "question": question, "answer": answer.text,
-            "abstained": answer.abstained, "citations": cited,
-            "sources": [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.sources],
-            "invalid_citations_removed": answer.invalid_citations_removed,
-            "usage": dataclasses.asdict(answer.usage), "finish_reason": answer.finish_reason,
-        })  # fmt: skip
+        _print_json(answer_json(tenant, question, answer))
         return
-    out.print(answer.text)
-    for source in answer.cited:
-        hit = source.hit
+    if live:
+        print()
+    else:
+        out.print(answer.text, markup=False, highlight=False)
+    for citation in answer.cited:
+        hit = citation.source.hit
         page = f", page {hit.page}" if hit.page else ""
         where = " > ".join(hit.heading_path)
         out.print(
-            f"  [{source.number}] {hit.file_name}{page}  {where}  chars {hit.start}-{hit.end}"
+            f"  [{citation.source.number}] {hit.file_name}{page}  {where}  "
+            f"chars {hit.start}-{hit.end}  support {citation.support:.2f}",
+            markup=False,
+            highlight=False,
         )
+
+
+def answer_json(tenant: str, question: str, answer) -> dict:
+    """The machine-readable answer (`ask --json`; the API's extension field carries the same)."""
+    return {
+        "tenant": tenant,
+        "question": question,
+        "answer": answer.text,
+        "abstained": answer.abstained,
+        "citations": [
+            {
+                "number": c.source.number,
+                **dataclasses.asdict(c.source.hit),
+                "sentences": list(c.sentences),
+                "support": c.support,
+            }
+            for c in answer.cited
+        ],
+        "sources": [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.sources],
+        "invalid_citations_removed": answer.invalid_citations_removed,
+        "supported_share": answer.supported_share,
+        "usage": dataclasses.asdict(answer.usage),
+        "finish_reason": answer.finish_reason,
+        "timings": answer.timings,
+    }

@@ -102,11 +102,17 @@ class Generator(Protocol):
 
     def count(self, text: str) -> int: ...
 
+    def encode(self, text: str) -> list[int]: ...
+
     def render(self, messages: list[dict[str, str]]) -> list[int]: ...
 
     def stream(
-        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str
+        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
     ) -> AsyncIterator[GenerationChunk]: ...
+
+    async def next_token_logprobs(
+        self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
+    ) -> dict[int, float]: ...
 
 
 class VllmGenerator:
@@ -164,9 +170,12 @@ class VllmGenerator:
         if self._engine is None:
             raise GeneratorUnavailableError("the generator is starting; retry in a few seconds")
 
-    def count(self, text: str) -> int:
+    def encode(self, text: str) -> list[int]:
         self._require()
-        return len(self._tokenizer.encode(text, add_special_tokens=False))
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """The model's chat template, with the assistant turn opened."""
@@ -209,6 +218,26 @@ class VllmGenerator:
         finally:
             if not finished:  # client gone or consumer stopped: free the engine's slot
                 await self._engine.abort(request_id)
+
+    async def next_token_logprobs(
+        self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
+    ) -> dict[int, float]:
+        """Log-probabilities of the next token (the model's raw distribution) for the top
+        candidates and for the sampled one, which is restricted to ``allowed_token_ids``:
+        one prefill and one sampled token (the rerank judge)."""
+        from vllm import SamplingParams
+        from vllm.inputs.engine import tokens_input
+
+        self._require()
+        params = SamplingParams(
+            max_tokens=1, temperature=0.0, logprobs=20, allowed_token_ids=list(allowed_token_ids)
+        )
+        prompt = tokens_input(token_ids, cache_salt=cache_salt)
+        final = None
+        async for output in self._engine.generate(prompt, params, uuid.uuid4().hex):
+            final = output
+        logprobs = final.outputs[0].logprobs[0] if final and final.outputs[0].logprobs else {}
+        return {token: entry.logprob for token, entry in logprobs.items()}
 
     def shutdown(self) -> None:
         if self._engine is not None:

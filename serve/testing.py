@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from serve.generator import GenerationChunk
 
@@ -11,22 +12,36 @@ _WORD = re.compile(r"\S+|\s+")
 
 
 class ScriptedGenerator:
-    """Counts a token per word, 'renders' by joining messages, and streams a fixed reply."""
+    """Counts a token per word, 'renders' by joining messages, and streams a fixed reply.
+
+    ``judge`` stands in for the model's yes/no judgement: given the rendered messages it returns
+    P(yes), which ``next_token_logprobs`` reports for the token "yes" (P(no) for "no")."""
 
     special_tokens = ("<|im_start|>", "<|im_end|>")
 
-    def __init__(self, reply: str = "", max_model_len: int = 4096) -> None:
+    def __init__(
+        self,
+        reply: str = "",
+        max_model_len: int = 4096,
+        judge: Callable[[list[dict[str, str]]], float] | None = None,
+    ) -> None:
         self.reply = reply
         self.max_model_len = max_model_len
+        self.judge = judge
         self.calls: list[dict] = []
+        self._rendered: dict[int, list[dict[str, str]]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return [hash(word) % 50_000 for word in text.split()]
 
     def count(self, text: str) -> int:
-        return len(text.split())
+        return len(self.encode(text))
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         self.last_messages = messages
-        words = " ".join(f"{m['role']} {m['content']}" for m in messages).split()
-        return [hash(word) % 50_000 for word in words]
+        token_ids = self.encode(" ".join(f"{m['role']} {m['content']}" for m in messages))
+        self._rendered[hash(tuple(token_ids))] = messages
+        return token_ids
 
     async def stream(
         self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
@@ -36,3 +51,12 @@ class ScriptedGenerator:
         for index, piece in enumerate(pieces, start=1):
             done = index == len(pieces)
             yield GenerationChunk(piece, "stop" if done else None, len(token_ids), 0, index)
+
+    async def next_token_logprobs(
+        self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
+    ) -> dict[int, float]:
+        if self.judge is None:
+            raise AssertionError("ScriptedGenerator was given no judge")
+        p_yes = min(max(self.judge(self._rendered[hash(tuple(token_ids))]), 1e-9), 1 - 1e-9)
+        yes, no = self.encode("yes")[0], self.encode("no")[0]
+        return {yes: math.log(p_yes), no: math.log(1 - p_yes)}

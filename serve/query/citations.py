@@ -1,7 +1,14 @@
 """Citations are checked, not trusted (DESIGN.md decision 8).
 
 The model cites sources as [n] (or [n, m]). A number that was not one of the prompt's sources is
-removed from the answer and counted; the answer lists each source actually cited.
+removed from the answer and counted; the answer lists each source actually cited, with the
+sentences that cite it and a cheap support score: the share of a sentence's words that appear in
+the cited chunk (a lexical proxy for faithfulness, not a proof of it).
+
+Small models often restate a source faithfully but forget the [n]. A sentence without a valid
+citation is attributed to the source that supports it best when that support is strong (at least
+INFERRED_MIN_SUPPORT of at least INFERRED_MIN_WORDS words); such citations are marked
+``inferred`` and the answer text is left as the model wrote it.
 """
 
 from __future__ import annotations
@@ -13,31 +20,141 @@ from dataclasses import dataclass
 from serve.query.prompt import Source
 
 _CITATION = re.compile(r"\s?\[(\d+(?:\s*,\s*\d+)*)\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?…。])\s+|\n+")
+_LEADING_CITATIONS = re.compile(r"^(?:\[\d+(?:\s*,\s*\d+)*\]\s*)+")
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One sentence of the answer, the sources it cites, and how well they support it."""
+
+    text: str  # without its citation markers
+    numbers: tuple[int, ...]
+    support: float  # share of the sentence's words found in its cited chunks; 0.0 without any
+    inferred: bool = False  # the citation was attributed by support, not written by the model
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    source: Source
+    sentences: tuple[str, ...]  # the answer's sentences that cite this source
+    support: float  # mean support of those sentences by this source's chunk alone
+    inferred: bool = False  # no sentence cites it explicitly; attributed by support
 
 
 @dataclass(frozen=True, slots=True)
 class CheckedAnswer:
     text: str
-    cited: tuple[Source, ...]  # in order of first citation
+    cited: tuple[Citation, ...]  # in order of first citation
+    statements: tuple[Statement, ...]
     invalid_removed: int
 
 
-def check_citations(text: str, sources: Sequence[Source]) -> CheckedAnswer:
-    by_number = {source.number: source for source in sources}
-    cited: dict[int, Source] = {}
-    removed = 0
+SUPPORTED = 0.5  # a statement is "supported" when half its words are in its cited chunks
+INFERRED_MIN_SUPPORT = 0.6
+INFERRED_MIN_WORDS = 3
 
-    def keep_valid(match: re.Match[str]) -> str:
-        nonlocal removed
+
+def supported_share(statements: Sequence[Statement]) -> float:
+    """Faithfulness proxy: share of the answer's statements (those with any content word) that
+    are supported by the chunks they cite; an uncited statement is unsupported. 1.0 for an
+    answer without statements."""
+    counted = [s for s in statements if _words(s.text)]
+    return sum(s.support >= SUPPORTED for s in counted) / len(counted) if counted else 1.0
+
+
+def _words(text: str) -> set[str]:
+    """Content-bearing words: numbers, and words of three or more letters, case-folded."""
+    return {w for w in _WORD.findall(text.casefold()) if len(w) > 2 or w.isdigit()}
+
+
+def support(sentence: str, evidence: str) -> float:
+    words = _words(sentence)
+    return len(words & _words(evidence)) / len(words) if words else 0.0
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences, with citation markers that open a piece moved back to the sentence before
+    ("Leave is 27 days. [1] Sick..." cites [1] for the first sentence)."""
+    sentences: list[str] = []
+    for piece in _SENTENCE_END.split(text):
+        piece = piece.strip()
+        leading = _LEADING_CITATIONS.match(piece)
+        if leading and sentences:
+            sentences[-1] += " " + leading.group(0).strip()
+            piece = piece[leading.end() :].strip()
+        if piece:
+            sentences.append(piece)
+    return sentences
+
+
+class CitationFilter:
+    """Checks citations in streamed text: a possible citation ("[1", " [12,") is held back
+    until it closes, so invalid numbers never reach the client and the streamed text equals
+    the final checked answer."""
+
+    _PARTIAL = re.compile(r"\s?\[[\d\s,]*$|\s$")
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.by_number = {source.number: source for source in sources}
+        self.invalid_removed = 0
+        self._buffer = ""
+
+    def _keep_valid(self, match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.findall(r"\d+", match.group(1))]
-        valid = [n for n in numbers if n in by_number]
-        removed += len(numbers) - len(valid)
-        for number in valid:
-            cited.setdefault(number, by_number[number])
+        valid = [n for n in numbers if n in self.by_number]
+        self.invalid_removed += len(numbers) - len(valid)
         if not valid:
             return ""
         space = " " if match.group(0).startswith((" ", "\t", "\n")) else ""
         return space + "[" + ", ".join(str(n) for n in valid) + "]"
 
-    checked = _CITATION.sub(keep_valid, text)
-    return CheckedAnswer(checked, tuple(cited.values()), removed)
+    def feed(self, delta: str) -> str:
+        self._buffer += delta
+        held = self._PARTIAL.search(self._buffer)
+        cut = held.start() if held else len(self._buffer)
+        ready, self._buffer = self._buffer[:cut], self._buffer[cut:]
+        return _CITATION.sub(self._keep_valid, ready)
+
+    def flush(self) -> str:
+        rest, self._buffer = self._buffer, ""
+        return _CITATION.sub(self._keep_valid, rest)
+
+
+def _statement(sentence: str, by_number: dict[int, Source]) -> Statement:
+    numbers = tuple(dict.fromkeys(int(n) for m in _CITATION.findall(sentence)
+                                  for n in re.findall(r"\d+", m)))  # fmt: skip
+    plain = _CITATION.sub("", sentence).strip()
+    if numbers:
+        evidence = " ".join(by_number[n].hit.text for n in numbers)
+        return Statement(plain, numbers, support(plain, evidence))
+    if len(_words(plain)) >= INFERRED_MIN_WORDS and by_number:
+        best, score = max(
+            ((n, support(plain, source.hit.text)) for n, source in by_number.items()),
+            key=lambda pair: pair[1],
+        )
+        if score >= INFERRED_MIN_SUPPORT:
+            return Statement(plain, (best,), score, inferred=True)
+    return Statement(plain, (), 0.0)
+
+
+def check_citations(text: str, sources: Sequence[Source]) -> CheckedAnswer:
+    citations = CitationFilter(sources)
+    by_number = citations.by_number
+    checked = citations.feed(text) + citations.flush()
+    statements = tuple(_statement(sentence, by_number) for sentence in split_sentences(checked))
+    citing: dict[int, list[Statement]] = {}
+    for statement in statements:
+        for number in statement.numbers:
+            citing.setdefault(number, []).append(statement)
+    cited = tuple(
+        Citation(
+            by_number[number],
+            tuple(s.text for s in citers),
+            sum(support(s.text, by_number[number].hit.text) for s in citers) / len(citers),
+            inferred=all(s.inferred for s in citers),
+        )
+        for number, citers in citing.items()
+    )
+    return CheckedAnswer(checked, cited, statements, citations.invalid_removed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,3 +45,24 @@ class EvidenceGate:
 
     def filter(self, hits: Sequence[SearchHit]) -> list[SearchHit]:
         return [hit for hit in hits if self.passes(hit)]
+
+
+_MARKS = re.compile(r"\[[\d,\s]*\]|[^\w\s]")
+
+
+def _plain(text: str) -> str:
+    return " ".join(_MARKS.sub(" ", text).casefold().split())
+
+
+_NOT_FOUND_PLAIN = tuple(_plain(message) for message in NOT_FOUND.values())
+
+
+def is_not_found(answer: str) -> bool:
+    """The model abstained: its answer is a "not found" message in any language, with at most
+    a few other words ("[1] Not found in the sources." counts; a real answer that mentions
+    the phrase in passing does not)."""
+    plain = _plain(answer)
+    for message in _NOT_FOUND_PLAIN:
+        if message in plain:
+            return len(plain.replace(message, " ").split()) <= 3
+    return False

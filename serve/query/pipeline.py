@@ -1,22 +1,32 @@
-"""The query pipeline: retrieve -> gate -> budget -> prompt -> generate -> check citations.
+"""The query pipeline: condense -> retrieve -> gate -> rerank -> budget -> prompt -> generate
+-> check citations.
 
 Plain Python (no Ray): the appliance's deployments wrap it, and tests run it directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from index.service import IndexService
 from index.types import SearchHit
-from serve.generator import Generator
+from serve.generator import GenerationChunk, Generator
 from serve.query.budget import ContextLengthError, plan_budget
-from serve.query.citations import check_citations
-from serve.query.gate import EvidenceGate, not_found_message
+from serve.query.citations import (
+    Citation,
+    CitationFilter,
+    Statement,
+    check_citations,
+    supported_share,
+)
+from serve.query.condense import Condense, condense_query
+from serve.query.gate import EvidenceGate, is_not_found, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
+from serve.query.rerank import RerankConfig, build_reranker, rerank
 from serve.query.retrieval import Fusion, SearchFilter, SearchMode, retrieve
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
@@ -34,6 +44,9 @@ class QueryConfig(BaseModel):
     min_dense_score: float = Field(0.35, description="Evidence gate: cosine similarity.")
     min_bm25_score: float | None = Field(None, description="Evidence gate: lexical match.")
     history_share: float = Field(0.25, ge=0.0, le=1.0)
+    condense: Condense = Field("recent", description="Retrieval query for follow-up turns.")
+    condense_turns: int = Field(2, ge=0, description="Earlier user turns used by condense.")
+    rerank: RerankConfig = RerankConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +59,18 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Answer:
     text: str
-    cited: tuple[Source, ...]  # verified citations, in order of first use
+    cited: tuple[Citation, ...]  # verified citations, in order of first use
     sources: tuple[Source, ...]  # every source that was in the prompt
     abstained: bool
     invalid_citations_removed: int = 0
     usage: Usage = Usage()
     finish_reason: str | None = None
+    statements: tuple[Statement, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+    @property
+    def supported_share(self) -> float:
+        return supported_share(self.statements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +79,30 @@ class PreparedPrompt:
     sources: tuple[Source, ...]
     max_tokens: int
     cache_salt: str
+    timings: dict[str, float]
+
+
+class Stopwatch:
+    """Seconds per named stage, in the order they ran."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.timings[stage] = self.timings.get(stage, 0.0) + now - self._last
+        self._last = now
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOptions:
+    """Per-request overrides of the configured retrieval (the API's extension parameters)."""
+
+    top_k: int | None = None
+    search_filter: SearchFilter | None = None
+    score_threshold: float | None = None  # on the fused (or single-retriever) score
+    rerank: bool | None = None  # None: rerank when a reranker is configured
 
 
 class QueryPipeline:
@@ -68,35 +111,67 @@ class QueryPipeline:
         self.generator = generator
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
+        self.reranker = build_reranker(config.rerank, generator)
 
-    def retrieve(
-        self, tenant: str, question: str, search_filter: SearchFilter | None = None
+    async def retrieve(
+        self,
+        tenant: str,
+        query: str,
+        options: QueryOptions = QueryOptions(),
+        watch: Stopwatch | None = None,
     ) -> list[SearchHit]:
-        """Candidates that pass the evidence gate, best first, at most ``top_k``."""
-        config = self.config
+        """Candidates that pass the evidence gate, best first, reranked when configured, at
+        most ``top_k``. The shard is the tenant's own: no option can widen the scope."""
+        config, watch = self.config, watch or Stopwatch()
+        top_k = options.top_k or config.top_k
         ranked = retrieve(
             self.index.shard(tenant),
             self.index.embedder,
-            question,
+            query,
             2 * config.candidates,  # everything both sides found, fused
             config.mode,
             fusion=config.fusion,
             dense_weight=config.dense_weight,
             pool=config.candidates,
-            search_filter=search_filter,
+            search_filter=options.search_filter,
+            score_threshold=options.score_threshold,
         )
-        return self.gate.filter([hit for hit, _ in ranked])[: config.top_k]
+        hits = self.gate.filter([hit for hit, _ in ranked])
+        watch.lap("retrieve")
+        use_rerank = self.reranker is not None and options.rerank is not False
+        if not use_rerank or not hits:
+            return hits[:top_k]
+        reranked = await rerank(
+            self.reranker,
+            query,
+            hits[: config.rerank.candidates],
+            config.rerank.top_n or top_k,
+            cache_salt(tenant),
+        )
+        watch.lap("rerank")
+        return reranked[:top_k]
 
-    def prepare(
+    async def prepare(
         self,
         tenant: str,
         question: str,
         history: Sequence[Turn] = (),
         max_tokens: int | None = None,
-        search_filter: SearchFilter | None = None,
+        options: QueryOptions = QueryOptions(),
     ) -> PreparedPrompt | None:
         """The prompt to generate from, or None when no source passes the gate (abstain)."""
-        hits = self.retrieve(tenant, question, search_filter)
+        watch = Stopwatch()
+        salt = cache_salt(tenant)
+        query = await condense_query(
+            question,
+            history,
+            self.config.condense,
+            self.config.condense_turns,
+            self.generator,
+            salt,
+        )
+        watch.lap("condense")
+        hits = await self.retrieve(tenant, query, options, watch)
         if not hits:
             return None
         count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
@@ -119,13 +194,70 @@ class QueryPipeline:
             sources = canonical_order(admitted)
             token_ids = self.generator.render(builder.messages(sources, kept, question, not_found))
             if len(token_ids) + max_tokens <= window:
-                return PreparedPrompt(token_ids, tuple(sources), max_tokens, cache_salt(tenant))
+                watch.lap("prompt")
+                return PreparedPrompt(token_ids, tuple(sources), max_tokens, salt, watch.timings)
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
         raise ContextLengthError(
             f"this model's maximum context length is {window} tokens, but the question with "
             f"one source and {max_tokens} tokens for the answer needs {needed + max_tokens}; "
             "shorten the question or lower max_tokens"
+        )
+
+    async def stream(
+        self,
+        tenant: str,
+        question: str,
+        history: Sequence[Turn] = (),
+        max_tokens: int | None = None,
+        request_id: str = "",
+        options: QueryOptions = QueryOptions(),
+    ) -> AsyncIterator[str | Answer]:
+        """Checked text deltas as the model writes them, then the final Answer. Invalid
+        citations never appear in the deltas (they are held back until checked)."""
+        started = time.perf_counter()
+        prepared = await self.prepare(tenant, question, history, max_tokens, options)
+        if prepared is None:
+            text = not_found_message(question)
+            yield text
+            yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
+            return
+        timings = dict(prepared.timings)
+        generating = time.perf_counter()
+        citations = CitationFilter(prepared.sources)
+        parts: list[str] = []
+        last: GenerationChunk | None = None
+        async for chunk in self.generator.stream(
+            prepared.token_ids,
+            max_tokens=prepared.max_tokens,
+            cache_salt=prepared.cache_salt,
+            request_id=request_id,
+        ):
+            if last is None:
+                timings["first_token"] = _since(generating)
+            parts.append(chunk.text)
+            last = chunk
+            if delta := citations.feed(chunk.text):
+                yield delta
+        if rest := citations.flush():
+            yield rest
+        timings["generate"] = _since(generating)
+        timings["total"] = _since(started)
+        checked = check_citations("".join(parts), prepared.sources)
+        abstained = is_not_found(checked.text)  # the model found no answer in the sources
+        usage = Usage()
+        if last is not None:
+            usage = Usage(last.prompt_tokens, last.cached_tokens, last.completion_tokens)
+        yield Answer(
+            text=checked.text.strip(),
+            cited=() if abstained else checked.cited,
+            sources=prepared.sources,
+            abstained=abstained,
+            invalid_citations_removed=checked.invalid_removed,
+            usage=usage,
+            finish_reason=last.finish_reason if last else None,
+            statements=() if abstained else checked.statements,
+            timings=timings,
         )
 
     async def answer(
@@ -135,33 +267,13 @@ class QueryPipeline:
         history: Sequence[Turn] = (),
         max_tokens: int | None = None,
         request_id: str = "",
-        search_filter: SearchFilter | None = None,
+        options: QueryOptions = QueryOptions(),
     ) -> Answer:
-        prepared = self.prepare(tenant, question, history, max_tokens, search_filter)
-        if prepared is None:
-            return Answer(not_found_message(question), (), (), abstained=True)
-        parts: list[str] = []
-        last = None
-        async for chunk in self.generator.stream(
-            prepared.token_ids,
-            max_tokens=prepared.max_tokens,
-            cache_salt=prepared.cache_salt,
-            request_id=request_id,
-        ):
-            parts.append(chunk.text)
-            last = chunk
-        checked = check_citations("".join(parts).strip(), prepared.sources)
-        usage = (
-            Usage(last.prompt_tokens, last.cached_tokens, last.completion_tokens)
-            if last
-            else Usage()
-        )
-        return Answer(
-            text=checked.text,
-            cited=checked.cited,
-            sources=prepared.sources,
-            abstained=False,
-            invalid_citations_removed=checked.invalid_removed,
-            usage=usage,
-            finish_reason=last.finish_reason if last else None,
-        )
+        async for item in self.stream(tenant, question, history, max_tokens, request_id, options):
+            if isinstance(item, Answer):
+                return item
+        raise AssertionError("QueryPipeline.stream ended without an Answer")
+
+
+def _since(start: float) -> float:
+    return time.perf_counter() - start

@@ -9,8 +9,9 @@ import os
 import pytest
 
 from serve.generator import GeneratorConfig, VllmGenerator
-from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
+from serve.query.rerank import GeneratorReranker, RerankConfig
 from tests.conftest import CORPUS
 from tests.tiny_model import build_tiny_model
 
@@ -41,6 +42,7 @@ def generator(tmp_path_factory, loop):
     }.items():
         os.environ.setdefault(name, value)
     text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3
+    text += " yes no Yes No" * 50  # single tokens for the rerank judge
     model = build_tiny_model(root / "tiny", text)
     config = GeneratorConfig(
         model=str(model),
@@ -119,11 +121,50 @@ def test_query_pipeline_end_to_end_with_real_components(generator, loop, tmp_pat
     assert {s.hit.file_name for s in answer.sources} <= {
         p.name for p in (CORPUS / "acme").iterdir()
     }
-    assert set(answer.cited) <= set(answer.sources)  # every citation is a prompt source
+    assert {c.source for c in answer.cited} <= set(answer.sources)  # only prompt sources
     assert 0 < answer.usage.completion_tokens <= 16
     question = "Who won the 1998 football world cup?"
     unanswerable = loop.run_until_complete(pipeline.answer("acme", question))
     assert unanswerable.abstained and unanswerable.sources == ()
+    service.close()
+
+
+def test_generator_reranker_scores_passages_with_yes_no_logprobs(generator, loop):
+    reranker = GeneratorReranker(generator)
+    yes, no = reranker.choices()
+    assert yes and no and not yes & no
+    token_ids = generator.render([{"role": "user", "content": "Is this relevant?"}])
+    logprobs = loop.run_until_complete(
+        generator.next_token_logprobs(token_ids, allowed_token_ids=sorted(yes | no), cache_salt="s")
+    )
+    assert set(logprobs) & (yes | no)  # the sampled token is always a yes or a no
+    assert all(lp <= 0.0 for lp in logprobs.values())
+    passages = ["Annual leave is 27 days.", "The pump needs oil.", "Sick leave rules."]
+    scores = loop.run_until_complete(reranker.scores("annual leave", passages, "s"))
+    assert len(scores) == 3 and all(0.0 <= s <= 1.0 for s in scores)
+    assert len(set(scores)) > 1  # the (random) model tells the passages apart
+
+
+def test_streaming_pipeline_with_generator_reranking(generator, loop, tmp_path, minilm):
+    from index.config import IndexConfig
+    from index.pipeline import discover
+    from index.service import IndexService
+
+    service = IndexService(IndexConfig(), tmp_path, embedder=minilm).start()
+    files, _ = discover([CORPUS / "acme"])
+    list(service.pipeline("acme").ingest(files))
+    config = QueryConfig(top_k=2, rerank=RerankConfig(backend="generator", candidates=6))
+    pipeline = QueryPipeline(service, generator, config)
+
+    async def collect_stream():
+        return [item async for item in pipeline.stream("acme", "annual leave", max_tokens=12)]
+
+    *deltas, answer = loop.run_until_complete(collect_stream())
+    assert isinstance(answer, Answer) and not answer.abstained
+    assert "".join(deltas).strip() == answer.text
+    assert 1 <= len(answer.sources) <= 2
+    assert all(s.hit.rerank_score is not None for s in answer.sources)
+    assert answer.timings["rerank"] > 0 and answer.timings["first_token"] > 0
     service.close()
 
 

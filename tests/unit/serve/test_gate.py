@@ -1,7 +1,7 @@
 import pytest
 
 from index.types import SearchHit
-from serve.query.gate import NOT_FOUND, EvidenceGate, not_found_message
+from serve.query.gate import NOT_FOUND, EvidenceGate, is_not_found, not_found_message
 from serve.query.language import detect_language
 
 pytestmark = pytest.mark.unit
@@ -41,3 +41,18 @@ def test_language_of_the_question(question, language):
 def test_abstention_speaks_the_questions_language():
     assert not_found_message("Quel est le délai d'intervention ?") == NOT_FOUND["fr"]
     assert not_found_message("What is the warranty?") == "Not found in the sources."
+
+
+@pytest.mark.parametrize(
+    ("answer", "abstained"),
+    [
+        ("Not found in the sources.", True),
+        ("[1] Not found in the sources.", True),
+        ("Introuvable dans les sources.", True),
+        ("I am sorry: not found in the sources.", True),
+        ("Leave is 27 days [1].", False),
+        ("The value was not found in the sources' appendix but the table gives 27 days.", False),
+    ],
+)
+def test_model_abstention_is_recognised(answer, abstained):
+    assert is_not_found(answer) is abstained

@@ -1,7 +1,6 @@
 import pytest
 
 from index.types import SearchHit
-from serve.query.citations import check_citations
 from serve.query.prompt import PromptBuilder, Turn, cache_salt, canonical_order
 
 pytestmark = pytest.mark.unit
@@ -57,16 +56,3 @@ def test_same_sources_render_the_same_prefix():
 
 def test_cache_salt_differs_per_tenant_and_is_stable():
     assert cache_salt("acme") == cache_salt("acme") != cache_salt("globex")
-
-
-def test_citations_outside_the_prompt_are_removed_and_counted():
-    sources = canonical_order([hit("a"), hit("b", start=9)])
-    checked = check_citations("Leave is 27 days [1]. Sick leave [7]. Both [2, 9][1].", sources)
-    assert checked.text == "Leave is 27 days [1]. Sick leave. Both [2][1]."
-    assert checked.invalid_removed == 2
-    assert [s.number for s in checked.cited] == [1, 2]
-
-
-def test_answer_without_citations_cites_nothing():
-    checked = check_citations("Not found in the sources.", canonical_order([hit("a")]))
-    assert checked.cited == () and checked.invalid_removed == 0

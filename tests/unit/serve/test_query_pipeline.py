@@ -5,8 +5,10 @@ import pytest
 from index.pipeline import SourceFile
 from serve.query.budget import ContextLengthError
 from serve.query.gate import NOT_FOUND
-from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.pipeline import Answer, QueryConfig, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn, cache_salt
+from serve.query.rerank import RerankConfig
+from serve.query.retrieval import SearchFilter
 from serve.testing import ScriptedGenerator
 
 pytestmark = pytest.mark.unit
@@ -36,7 +38,9 @@ def test_answer_cites_checked_sources_and_reports_usage(service):
     assert not answer.abstained
     assert answer.text == "Annual leave is 27 days [1]. Also see."
     assert answer.invalid_citations_removed == 1
-    assert [s.hit.file_name for s in answer.cited] == [answer.sources[0].hit.file_name]
+    assert [c.source.hit.file_name for c in answer.cited] == [answer.sources[0].hit.file_name]
+    assert answer.cited[0].sentences == ("Annual leave is 27 days.",)
+    assert answer.cited[0].support == 1.0  # annual, leave, 27, days are all in the chunk
     assert answer.usage.completion_tokens > 0 and answer.usage.prompt_tokens > 0
     assert generator.calls[0]["salt"] == cache_salt("acme")
 
@@ -88,3 +92,77 @@ def test_no_room_for_a_single_source_is_refused_not_answered_blind(service):
     with pytest.raises(ContextLengthError, match="with one source"):
         run(pipeline, "acme", "annual leave", max_tokens=20)
     assert generator.calls == []
+
+
+def test_streamed_deltas_are_the_checked_answer_followed_by_the_answer(service):
+    generator = ScriptedGenerator("Annual leave is 27 days [1] [9].")
+    pipeline = QueryPipeline(service, generator, QueryConfig())
+
+    async def collect():
+        return [item async for item in pipeline.stream("acme", "annual leave days")]
+
+    items = asyncio.run(collect())
+    *deltas, answer = items
+    assert isinstance(answer, Answer) and all(isinstance(d, str) for d in deltas)
+    assert "".join(deltas).strip() == answer.text == "Annual leave is 27 days [1]."
+    assert {"retrieve", "prompt", "first_token", "generate", "total"} <= set(answer.timings)
+
+
+def test_options_narrow_the_search_but_never_widen_the_tenant(service):
+    generator = ScriptedGenerator("ok")
+    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    only_pump = QueryOptions(search_filter=SearchFilter(file_names=("pump.txt",)))
+    answer = run(pipeline, "acme", "annual leave", options=only_pump)
+    assert {s.hit.file_name for s in answer.sources} == {"pump.txt"}
+    answer = run(pipeline, "acme", "annual leave", options=QueryOptions(top_k=1))
+    assert len(answer.sources) == 1
+    other = QueryOptions(search_filter=SearchFilter(file_names=("globex.txt",)))
+    assert run(pipeline, "acme", "annual leave", options=other).abstained
+
+
+def test_generator_reranker_reorders_and_can_be_turned_off_per_request(service):
+    def judge(messages):  # the model says "yes" only for the pump passage
+        return 0.9 if "pump needs oil" in messages[-1]["content"] else 0.1
+
+    generator = ScriptedGenerator("ok", judge=judge)
+    config = QueryConfig(min_dense_score=0.0, top_k=1, rerank=RerankConfig(backend="generator"))
+    pipeline = QueryPipeline(service, generator, config)
+
+    async def top(question, options=None):
+        return await pipeline.retrieve("acme", question, options or QueryOptions())
+
+    reranked = asyncio.run(top("annual leave"))
+    assert [h.file_name for h in reranked] == ["pump.txt"]
+    assert reranked[0].rerank_score == pytest.approx(0.9)
+    plain = asyncio.run(top("annual leave", QueryOptions(rerank=False)))
+    assert [h.file_name for h in plain] == ["leave.txt"] and plain[0].rerank_score is None
+
+
+def test_follow_up_questions_retrieve_with_the_earlier_question(service):
+    generator = ScriptedGenerator("ok")
+    history = [Turn("user", "Does the pump need oil?"), Turn("assistant", "Yes, monthly.")]
+    lexical = {"mode": "lexical", "min_dense_score": 0.0, "min_bm25_score": 0.0}
+    recent = QueryPipeline(service, generator, QueryConfig(**lexical))
+    alone = QueryPipeline(service, generator, QueryConfig(**lexical, condense="none"))
+    follow_up = "how frequently then?"  # no word of any document
+    assert {s.hit.file_name for s in run(recent, "acme", follow_up, history).sources} == {
+        "pump.txt"
+    }
+    assert run(alone, "acme", follow_up, history).abstained
+    assert generator.last_messages[-1]["content"] == follow_up  # the prompt keeps the question
+
+
+def test_generator_condensation_retrieves_with_the_rewritten_question(service):
+    generator = ScriptedGenerator("Does the pump need oil?")  # the rewrite the model returns
+    config = QueryConfig(mode="lexical", min_bm25_score=0.0, condense="generator")
+    history = [Turn("user", "Tell me about our machines."), Turn("assistant", "Which one?")]
+    answer = run(QueryPipeline(service, generator, config), "acme", "what does it need?", history)
+    assert {s.hit.file_name for s in answer.sources} == {"pump.txt"}
+    assert generator.calls[0]["max_tokens"] == 64  # the rewrite, then the answer
+    assert len(generator.calls) == 2
+
+
+def test_a_model_that_says_not_found_is_an_abstention_without_citations(service):
+    generator = ScriptedGenerator("[1] Not found in the sources.")
+    answer = run(QueryPipeline(service, generator, QueryConfig()), "acme", "annual leave days")
+    assert answer.abstained and answer.cited == () and answer.sources
