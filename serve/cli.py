@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -358,6 +359,29 @@ def models_fetch(
     out.print(f"{name} installed in {path}")
 
 
+@contextlib.asynccontextmanager
+async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True):
+    """The in-process query path for one tenant; the vLLM engine starts only when needed
+    (answers, or the generator reranker) and is shut down on the way out."""
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.pipeline import QueryPipeline
+
+    config: AppConfig = ctx.obj.config
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
+    service: IndexService = ctx.obj.index()
+    service.shard(tenant)  # an unknown tenant fails before the engine starts
+    generator = None
+    if generate or config.query.rerank.backend == "generator":
+        model = resolve_model(config.generator.model, config.data_dir)
+        generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
+    try:
+        yield QueryPipeline(service, generator, config.query)
+    finally:
+        if generator is not None:
+            generator.shutdown()
+
+
 @app.command()
 def ask(
     ctx: typer.Context,
@@ -372,30 +396,19 @@ def ask(
     """Answer a question from the tenant's documents, with checked citations."""
     import asyncio
 
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
-    from serve.query.pipeline import Answer, QueryPipeline
+    from serve.query.pipeline import Answer
 
-    config: AppConfig = ctx.obj.config
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
     live = stream and not as_json
+    tokens = max_tokens or ctx.obj.config.generator.max_tokens
 
     async def work() -> Answer:
-        service: IndexService = ctx.obj.index()
-        service.shard(tenant)  # an unknown tenant fails before the engine starts
-        model = resolve_model(config.generator.model, config.data_dir)
-        generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
-        try:
-            pipeline = QueryPipeline(service, generator, config.query)
-            tokens = max_tokens or config.generator.max_tokens
+        async with _query_pipeline(ctx, tenant) as pipeline:
             async for item in pipeline.stream(tenant, question, max_tokens=tokens):
                 if isinstance(item, Answer):
                     return item
                 if live:
                     print(item, end="", flush=True)
-        finally:
-            generator.shutdown()
-        raise AssertionError("no answer")
+        raise AssertionError("the query pipeline ended without an answer")
 
     answer = _run(lambda: asyncio.run(work()))
     if as_json:
@@ -409,12 +422,59 @@ def ask(
         hit = citation.source.hit
         page = f", page {hit.page}" if hit.page else ""
         where = " > ".join(hit.heading_path)
+        inferred = "  (inferred)" if citation.inferred else ""
         out.print(
             f"  [{citation.source.number}] {hit.file_name}{page}  {where}  "
-            f"chars {hit.start}-{hit.end}  support {citation.support:.2f}",
+            f"chars {hit.start}-{hit.end}  support {citation.support:.2f}{inferred}",
             markup=False,
             highlight=False,
         )
+
+
+@app.command("eval")
+def evaluate(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    questions: Annotated[Path, typer.Argument(help="JSONL file, one question per line.")],
+    retrieval_only: Annotated[
+        bool, typer.Option("--retrieval-only", help="Measure retrieval; do not generate.")
+    ] = False,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
+    report: Annotated[Path | None, typer.Option("--out", help="Write a Markdown report.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure retrieval (recall@1/5/10, MRR@10, nDCG@10) and answers (abstention, citation
+    validity, faithfulness proxy, answer match, latency per stage) on a question set."""
+    import asyncio
+
+    from serve.eval.run import Evaluator, load_questions, markdown_report, results_json, summarize
+
+    items = _run(lambda: load_questions(questions))[:limit]
+
+    async def work():
+        results = []
+        async with _query_pipeline(ctx, tenant, generate=not retrieval_only) as pipeline:
+            evaluator = Evaluator(pipeline, tenant, answers=not retrieval_only)
+            with _progress(transient=True) as progress:
+                task = progress.add_task("questions", total=len(items))
+                for item in items:
+                    results.append(await evaluator.evaluate(item))
+                    progress.advance(task)
+        return results
+
+    results = _run(lambda: asyncio.run(work()))
+    summary = summarize(results)
+    if report is not None:
+        command = " ".join(["grounded", *sys.argv[1:]])
+        report.write_text(markdown_report(f"Evaluation of {tenant}", summary, results, command))
+    if as_json:
+        _print_json(results_json(summary, results))
+        return
+    table = _table("metric", "value")
+    for name, value in summary.items():
+        table.add_row(name, "-" if value is None else f"{value:.3f}" if isinstance(value, float)
+                      else str(value))  # fmt: skip
+    out.print(table)
 
 
 def answer_json(tenant: str, question: str, answer) -> dict:

@@ -103,6 +103,7 @@ class QueryOptions:
     search_filter: SearchFilter | None = None
     score_threshold: float | None = None  # on the fused (or single-retriever) score
     rerank: bool | None = None  # None: rerank when a reranker is configured
+    gate: bool = True  # False: rank without the evidence gate (retrieval-only search, eval)
 
 
 class QueryPipeline:
@@ -120,8 +121,9 @@ class QueryPipeline:
         options: QueryOptions = QueryOptions(),
         watch: Stopwatch | None = None,
     ) -> list[SearchHit]:
-        """Candidates that pass the evidence gate, best first, reranked when configured, at
-        most ``top_k``. The shard is the tenant's own: no option can widen the scope."""
+        """Candidates that pass the evidence gate (unless ``options.gate`` is off), best first,
+        reranked when configured, at most ``top_k``. The shard is the tenant's own: no option
+        can widen the scope."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
         ranked = retrieve(
@@ -136,7 +138,9 @@ class QueryPipeline:
             search_filter=options.search_filter,
             score_threshold=options.score_threshold,
         )
-        hits = self.gate.filter([hit for hit, _ in ranked])
+        hits = [hit for hit, _ in ranked]
+        if options.gate:
+            hits = self.gate.filter(hits)
         watch.lap("retrieve")
         use_rerank = self.reranker is not None and options.rerank is not False
         if not use_rerank or not hits:

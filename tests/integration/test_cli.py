@@ -171,3 +171,21 @@ def test_search_filters_narrow_to_the_named_file(data_dir, ingested):
     assert {r["file_name"] for r in found["results"]} == {"politique-teletravail.md"}
     none = as_json(data_dir, "search", "-t", "acme", "leave", "--attr", "site=nowhere")
     assert none["results"] == []
+
+
+def test_eval_retrieval_only_on_the_sample_questions(data_dir, ingested, tmp_path):
+    """`grounded eval` end to end on the sample set: real MiniLM retrieval, a report."""
+    report_path = tmp_path / "report.md"
+    report = as_json(data_dir, "eval", "-t", "acme", str(REPO / "samples/eval/acme.jsonl"),
+                     "--retrieval-only", "--out", str(report_path))  # fmt: skip
+    summary = report["summary"]
+    assert summary["questions"] == 12 and summary["with_relevance"] == 9
+    assert summary["recall@5"] >= 0.8  # the sample questions are easy for MiniLM + BM25
+    assert "answered" not in summary  # nothing was generated
+    by_id = {q["id"]: q for q in report["questions"]}
+    assert by_id["power"]["ranked"][0] == "gx-4200-faq.html"
+    assert report_path.read_text().startswith("# Evaluation of acme")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "ok"}\n{"relevant_files": ["a"]}\n')
+    refused = grounded(data_dir, "eval", "-t", "acme", str(bad), code=1)
+    assert "bad.jsonl:2: not a valid question (question: Field required)" in refused.output

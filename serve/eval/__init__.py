@@ -1,0 +1,1 @@
+"""Evaluation: metrics, question sets and the runner behind `grounded eval`."""
