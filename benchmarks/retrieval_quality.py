@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import sys
@@ -35,8 +36,10 @@ VARIANTS = {
     "dense": {"mode": "dense"},
     "lexical": {"mode": "lexical"},
     "hybrid rrf": {"mode": "hybrid", "fusion": "rrf"},
-    "hybrid weighted 0.5": {"mode": "hybrid", "fusion": "weighted", "dense_weight": 0.5},
-    "hybrid weighted 0.7": {"mode": "hybrid", "fusion": "weighted", "dense_weight": 0.7},
+    **{
+        f"hybrid weighted {w}": {"mode": "hybrid", "fusion": "weighted", "dense_weight": w}
+        for w in (0.3, 0.4, 0.5, 0.7)
+    },
 }
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 HEADER = "| retrieval | " + " | ".join(METRICS) + " |\n|---|" + "---|" * len(METRICS)
@@ -73,12 +76,28 @@ async def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; config {args.config}")
     for language in args.languages.split(","):
         build_tenant(service, language)
-        questions = [q for q in load_questions(HERE / f"wiki-{language}.jsonl") if q.relevant]
+        path = HERE / f"wiki-{language}.jsonl"
+        questions = [q for q in load_questions(path) if q.relevant]
+        kinds: dict[str, set[str]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            if item.get("relevant_files"):
+                kinds.setdefault(item["kind"], set()).add(item["id"])
         print(f"\n### {language}: {len(questions)} questions with a known relevant document\n")
         print(HEADER)
+        by_kind: dict[str, dict[str, float]] = {}
         for name, variant in VARIANTS.items():
-            summary, _ = await measure(service, None, language, QueryConfig(**variant), questions)
+            summary, results = await measure(
+                service, None, language, QueryConfig(**variant), questions
+            )
             print(row(name, summary), flush=True)
+            for kind, ids in kinds.items():
+                picked = [r.retrieval["mrr@10"] for r in results if r.id in ids]
+                by_kind.setdefault(name, {})[kind] = sum(picked) / len(picked)
+        print(f"\nMRR@10 by kind of question ({language})\n")
+        print("| retrieval | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
+        for name, values in by_kind.items():
+            print(f"| {name} | " + " | ".join(f"{values[k]:.3f}" for k in kinds) + " |")
     if args.rerank:
         await rerank_sample(config, service, args)
     service.close()

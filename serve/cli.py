@@ -198,8 +198,11 @@ def search(
 
     def work():
         service: IndexService = ctx.obj.index()
+        settings = ctx.obj.config.query  # fusion as configured (benchmarks/RESULTS.md)
         return retrieve(service.shard(tenant), service.embedder, query, k, mode,
-                        search_filter=search_filter, score_threshold=min_score)  # fmt: skip
+                        fusion=settings.fusion, dense_weight=settings.dense_weight,
+                        pool=settings.candidates, search_filter=search_filter,
+                        score_threshold=min_score)  # fmt: skip
 
     hits = _run(work)
     if as_json:

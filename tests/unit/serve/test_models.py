@@ -10,13 +10,13 @@ from serve.models import MODELS, ModelIntegrityError, ModelSpec, assemble_gguf, 
 pytestmark = pytest.mark.unit
 
 
-def wheels(tmp_path: Path, parts: list[bytes]) -> list[Path]:
+def wheels(tmp_path: Path, parts: list[bytes], suffix: str = ".bin") -> list[Path]:
     paths = []
     for number, data in enumerate(parts, start=1):
         path = tmp_path / f"part{number}-0.1-py3-none-any.whl"
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr(f"part{number}/__init__.py", "")
-            archive.writestr(f"part{number}/data/part{number:02d}.bin", data)
+            archive.writestr(f"part{number}/data/part{number:02d}{suffix}", data)
         paths.append(path)
     return paths
 
@@ -44,6 +44,25 @@ def test_a_wrong_hash_is_refused_and_nothing_is_kept(tmp_path):
     with pytest.raises(ModelIntegrityError, match=r"sha256 .* expected .* refusing it"):
         assemble_gguf(spec, wheels(tmp_path, parts), target)
     assert not target.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_a_whole_gguf_inside_one_wheel_is_found_by_its_suffix(tmp_path):
+    data = b"GGUF" + b"x" * 64
+    spec = ModelSpec("one", "test", ("a",), "m.gguf", len(data),
+                     hashlib.sha256(data).hexdigest(), member_suffix=".gguf")  # fmt: skip
+    target = tmp_path / "m.gguf"
+    assemble_gguf(spec, wheels(tmp_path, [data], suffix=".gguf"), target)
+    assert target.read_bytes() == data
+    other = tmp_path / "bin-parts"
+    other.mkdir()
+    with pytest.raises(ModelIntegrityError, match=r"expected one \.gguf file"):
+        assemble_gguf(spec, wheels(other, [data]), tmp_path / "n.gguf")  # .bin parts only
+
+
+def test_every_known_model_is_pinned():
+    for spec in MODELS.values():
+        assert spec.gguf_bytes > 0 and len(spec.gguf_sha256) == 64 and spec.packages
+    assert MODELS["smollm2-135m"].hash_source.startswith("as published")
 
 
 def test_default_model_is_pinned_by_size_and_hash():

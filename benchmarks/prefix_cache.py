@@ -1,0 +1,125 @@
+"""Prefix caching and pipeline overhead with the default model, side by side in one run.
+
+    .venv/bin/python benchmarks/prefix_cache.py [--questions 8] [--config configs/cpu.yaml]
+
+1. Prefix caching: the same shared-context workload (one tenant, questions on the same
+   documents, so the retrieved sources overlap and render to the same prefix) goes to two
+   engines of the same model, prefix caching on and off, alternating request by request.
+   Reported: time to first token (max_tokens=1) per engine and their ratio, and the engine's
+   prefix-cache hit rate (hit tokens / queried tokens).
+2. Pipeline overhead: on the engine without caching (every prefill is full, so the order of
+   calls cannot favour either), time to first token of QueryPipeline.stream (condense, embed,
+   search, fuse, gate, budget, prompt, render, generate) against the same engine given the
+   identical final token ids directly, alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from index.pipeline import discover  # noqa: E402
+from index.service import IndexService  # noqa: E402
+from serve.config import load_config  # noqa: E402
+from serve.generator import VllmGenerator  # noqa: E402
+from serve.models import resolve_model  # noqa: E402
+from serve.query.pipeline import Answer, QueryPipeline  # noqa: E402
+
+QUESTIONS = [
+    "How many days of annual leave do employees get?",
+    "Can unused annual leave be carried over?",
+    "When must sick leave be reported?",
+    "How many days per week can employees work remotely?",
+    "What are the core working hours?",
+    "How are hotel nights reimbursed?",
+    "When do carried-over leave days expire?",
+    "Is a medical certificate required for sick leave?",
+    "What is the meal allowance during travel?",
+    "Who approves fully remote arrangements?",
+]
+
+
+async def first_token(stream) -> float:
+    started = time.perf_counter()
+    async for _ in stream:
+        return time.perf_counter() - started
+    raise AssertionError("empty stream")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
+    parser.add_argument("--questions", type=int, default=8)
+    args = parser.parse_args()
+    config = load_config(Path(args.config))
+    questions = QUESTIONS[: args.questions]
+    model = resolve_model(config.generator.model, config.data_dir)
+    engines = {}
+    for name, caching in (("on", True), ("off", False)):
+        kwargs = config.generator.engine_kwargs | {"enable_prefix_caching": caching}
+        engines[name] = VllmGenerator(
+            config.generator.model_copy(update={"model": model, "engine_kwargs": kwargs})
+        ).start()
+    with tempfile.TemporaryDirectory() as tmp:
+        service = IndexService(config.index, Path(tmp)).start()
+        files, _ = discover([ROOT / "samples" / "corpus" / "acme"])
+        list(service.pipeline("acme").ingest(files))
+        pipelines = {name: QueryPipeline(service, e, config.query) for name, e in engines.items()}
+        prepared = [await pipelines["on"].prepare("acme", q, max_tokens=1) for q in questions]
+        ttft: dict[str, list[float]] = {"on": [], "off": []}
+        for prompt in prepared:  # alternate engines request by request
+            for name, engine in engines.items():
+                stream = engine.stream(prompt.token_ids, max_tokens=1, cache_salt=prompt.cache_salt)
+                ttft[name].append(await first_token(stream))
+        stats = engines["on"].stats()
+        overhead: dict[str, list[float]] = {"pipeline": [], "engine": []}
+        off = engines["off"]
+        for question, prompt in zip(questions, prepared, strict=True):
+            stream = pipelines["off"].stream("acme", question, max_tokens=1)
+            overhead["pipeline"].append(await first_token(_text_only(stream)))
+            stream = off.stream(prompt.token_ids, max_tokens=1, cache_salt=prompt.cache_salt)
+            overhead["engine"].append(await first_token(stream))
+        service.close()
+    for engine in engines.values():
+        engine.shutdown()
+
+    lengths = [len(p.token_ids) for p in prepared]
+    mean = statistics.fmean
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; model {config.generator.model};"
+          f" {len(questions)} questions; prompt tokens {min(lengths)}-{max(lengths)}")  # fmt: skip
+    print("\n| prefix caching | mean TTFT s (all) | mean TTFT s (after the first) |")
+    print("|---|---|---|")
+    for name in ("off", "on"):
+        print(f"| {name} | {mean(ttft[name]):.3f} | {mean(ttft[name][1:]):.3f} |")
+    ratio = mean(ttft["on"][1:]) / mean(ttft["off"][1:])
+    print(f"| ratio on/off | {mean(ttft['on']) / mean(ttft['off']):.2f} | {ratio:.2f} |")
+    print(f"\nprefix-cache hit rate (engine counters): {stats.prefix_cache_hit_rate:.2f} "
+          f"({stats.prefix_cache_hits} of {stats.prefix_cache_queries} prompt tokens)")  # fmt: skip
+    print("\n| path (caching off) | mean TTFT s | median TTFT s |")
+    print("|---|---|---|")
+    for name, values in overhead.items():
+        print(f"| {name} | {mean(values):.3f} | {statistics.median(values):.3f} |")
+    added = mean(overhead["pipeline"]) / mean(overhead["engine"]) - 1
+    print(f"| pipeline overhead | {added:+.1%} | |")
+
+
+async def _text_only(stream):
+    async for item in stream:
+        if not isinstance(item, Answer):
+            yield item
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
