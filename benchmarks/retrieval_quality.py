@@ -70,12 +70,15 @@ async def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
     parser.add_argument("--rerank", type=int, default=0, help="questions per language to rerank")
     parser.add_argument("--languages", default="en,fr")
+    parser.add_argument("--no-variants", action="store_true", help="only the rerank sample")
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; config {args.config}")
     for language in args.languages.split(","):
         build_tenant(service, language)
+        if args.no_variants:
+            continue
         path = HERE / f"wiki-{language}.jsonl"
         questions = [q for q in load_questions(path) if q.relevant]
         kinds: dict[str, set[str]] = {}

@@ -14,6 +14,7 @@ class GroundedError(Exception):
     status: int = 500
     type: str = "server_error"
     param: str | None = None
+    code: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -75,3 +76,29 @@ class FileTooLargeError(DocumentRefusedError):
 
 class MalformedDocumentError(DocumentRefusedError):
     """Binary, encrypted, truncated or otherwise unreadable content."""
+
+
+class AuthenticationError(GroundedError):
+    """Missing, malformed, unknown or revoked API key."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDeniedError(GroundedError):
+    """The key is valid but lacks the scope the route needs."""
+
+    status = 403
+    type = "permission_denied"
+
+
+class RateLimitError(GroundedError):
+    """Too many requests queued (or over a budget); ``retry_after`` in seconds."""
+
+    status = 429
+    type = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

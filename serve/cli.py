@@ -493,6 +493,7 @@ def answer_json(tenant: str, question: str, answer) -> dict:
                 **dataclasses.asdict(c.source.hit),
                 "sentences": list(c.sentences),
                 "support": c.support,
+                "inferred": c.inferred,
             }
             for c in answer.cited
         ],
@@ -503,3 +504,69 @@ def answer_json(tenant: str, question: str, answer) -> dict:
         "finish_reason": answer.finish_reason,
         "timings": answer.timings,
     }
+
+
+keys_app = typer.Typer(help="API keys: each maps to one tenant and a set of scopes.")
+app.add_typer(keys_app, name="keys")
+
+
+def _key_row(key) -> dict:
+    return {
+        "id": key.id, "tenant": key.tenant, "scopes": list(key.scopes), "name": key.name,
+        "created_at": key.created_at, "revoked_at": key.revoked_at,
+    }  # fmt: skip
+
+
+@keys_app.command("create")
+def keys_create(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    scopes: Annotated[
+        str, typer.Option(help="Comma-separated: query, ingest, admin.")
+    ] = "query,ingest",
+    name: Annotated[str, typer.Option(help="A label for `keys list`.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a key and print it once (only its hash is stored)."""
+    from serve.keys import KeyStore
+
+    store = KeyStore(ctx.obj.config.data_dir)
+    key, secret = _run(lambda: store.create(tenant, scopes.split(","), name))
+    if as_json:
+        _print_json({**_key_row(key), "key": secret})
+        return
+    out.print(secret)
+    err.print(f"{key.id}: tenant {key.tenant}, scopes {', '.join(key.scopes)}. "
+              "Store the key now: it cannot be shown again.")  # fmt: skip
+
+
+@keys_app.command("list")
+def keys_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Keys with their tenant, scopes and state (never the secrets)."""
+    from serve.keys import KeyStore
+
+    keys = _run(lambda: KeyStore(ctx.obj.config.data_dir).list())
+    if as_json:
+        _print_json({"keys": [_key_row(k) for k in keys]})
+        return
+    table = _table("id", "tenant", "scopes", "name", "state")
+    for key in keys:
+        state = "active" if key.active else "revoked"
+        table.add_row(key.id, key.tenant, ",".join(key.scopes), key.name, state)
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_...), from `keys list`.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke a key; the running appliance refuses it from its next request."""
+    from serve.keys import KeyStore
+
+    key = _run(lambda: KeyStore(ctx.obj.config.data_dir).revoke(key_id))
+    if as_json:
+        _print_json(_key_row(key))
+        return
+    out.print(f"{key.id} revoked")
