@@ -36,6 +36,7 @@ from serve.config import load_config  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
 from serve.models import resolve_model  # noqa: E402
 from serve.query.pipeline import Answer, QueryPipeline  # noqa: E402
+from serve.query.retrieval import LocalSearcher  # noqa: E402
 
 QUESTIONS = [
     "How many days of annual leave do employees get?",
@@ -76,7 +77,10 @@ async def main() -> None:
         service = IndexService(config.index, Path(tmp)).start()
         files, _ = discover([ROOT / "samples" / "corpus" / "acme"])
         list(service.pipeline("acme").ingest(files))
-        pipelines = {name: QueryPipeline(service, e, config.query) for name, e in engines.items()}
+        pipelines = {
+            name: QueryPipeline(LocalSearcher(service), e, config.query)
+            for name, e in engines.items()
+        }
         prepared = [await pipelines["on"].prepare("acme", q, max_tokens=1) for q in questions]
         ttft: dict[str, list[float]] = {"on": [], "off": []}
         for prompt in prepared:  # alternate engines request by request

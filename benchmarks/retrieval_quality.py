@@ -30,6 +30,7 @@ from serve.config import load_config  # noqa: E402
 from serve.eval.run import Evaluator, load_questions, summarize  # noqa: E402
 from serve.query.pipeline import QueryConfig, QueryPipeline  # noqa: E402
 from serve.query.rerank import RerankConfig  # noqa: E402
+from serve.query.retrieval import LocalSearcher  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache" / "eval"
 VARIANTS = {
@@ -55,7 +56,7 @@ def build_tenant(service: IndexService, language: str) -> None:
 
 
 async def measure(service, generator, language, query_config, questions):
-    pipeline = QueryPipeline(service, generator, query_config)
+    pipeline = QueryPipeline(LocalSearcher(service), generator, query_config)
     evaluator = Evaluator(pipeline, f"wiki-{language}", answers=False)
     results = [await evaluator.evaluate(q) for q in questions]
     return summarize(results), results

@@ -6,6 +6,7 @@ their transaction has committed, so everything reported as ingested survives a c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +58,13 @@ class IngestResult:
     version: int | None = None
     chunks: int = 0
     reason: str | None = None
+    refusal_status: int | None = None  # HTTP status of the refusal (413, 415, 400, 404)
+
+    def json(self) -> dict:
+        """The stable JSON shape (`grounded ingest --json`)."""
+        row = dataclasses.asdict(self)
+        del row["refusal_status"]
+        return row
 
 
 def doc_id_for(source: str) -> str:
@@ -80,7 +88,11 @@ def discover(paths: Iterable[Path]) -> tuple[list[SourceFile], list[IngestResult
         elif path.is_file():
             files.setdefault(path.resolve(), SourceFile.from_path(path))
         else:
-            missing.append(IngestResult(str(path), path.name, "refused", reason="no such file"))
+            missing.append(
+                IngestResult(
+                    str(path), path.name, "refused", reason="no such file", refusal_status=404
+                )
+            )
     return list(files.values()), missing
 
 
@@ -119,8 +131,10 @@ class IngestPipeline:
             self.shard.flush()
 
     def _prepare(self, source: SourceFile) -> PreparedDocument | IngestResult:
-        def refused(reason: str) -> IngestResult:
-            return IngestResult(source.source, source.file_name, "refused", reason=reason)
+        def refused(reason: str, status: int = 400) -> IngestResult:
+            return IngestResult(
+                source.source, source.file_name, "refused", reason=reason, refusal_status=status
+            )
 
         try:
             data = source.read()
@@ -149,7 +163,7 @@ class IngestPipeline:
                     f"({self.limits.max_chunks:,})",
                 )
         except DocumentRefusedError as exc:
-            return refused(exc.reason)
+            return refused(exc.reason, exc.status)
         vectors = np.zeros((0, 0), dtype=np.float32)  # filled in by _write, batched
         return PreparedDocument(
             doc_id,

@@ -155,7 +155,7 @@ def ingest(
         _print_json(
             {
                 "tenant": tenant,
-                "results": [dataclasses.asdict(r) for r in results],
+                "results": [r.json() for r in results],
                 "summary": counts,
             }
         )
@@ -369,6 +369,7 @@ async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True
     from serve.generator import VllmGenerator
     from serve.models import resolve_model
     from serve.query.pipeline import QueryPipeline
+    from serve.query.retrieval import LocalSearcher
 
     config: AppConfig = ctx.obj.config
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
@@ -379,7 +380,7 @@ async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True
         model = resolve_model(config.generator.model, config.data_dir)
         generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
     try:
-        yield QueryPipeline(service, generator, config.query)
+        yield QueryPipeline(LocalSearcher(service), generator, config.query)
     finally:
         if generator is not None:
             generator.shutdown()

@@ -115,6 +115,39 @@ class Generator(Protocol):
     ) -> dict[int, float]: ...
 
 
+class ChatTokenizer:
+    """The generator's own tokenizer and chat template: counting, encoding and rendering
+    happen wherever the budget is computed (in-process, or in the appliance's ingress, which
+    loads the tokenizer from the model folder without the engine)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: str) -> ChatTokenizer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(folder))
+
+    @property
+    def special_tokens(self) -> list[str]:
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        return sorted({*self.tokenizer.all_special_tokens, *(t.content for t in added.values())})
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """The model's chat template, with the assistant turn opened."""
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return self.encode(text)
+
+
 class VllmGenerator:
     """Constructing is cheap; ``start()`` loads the engine (idempotent)."""
 
@@ -132,7 +165,7 @@ class VllmGenerator:
         self.config = config
         self.max_model_len = config.max_model_len
         self._engine = None
-        self._tokenizer = None
+        self._tokenizer: ChatTokenizer | None = None
         self._stats = EngineStats()
 
     def stats(self) -> EngineStats:
@@ -153,7 +186,7 @@ class VllmGenerator:
         self._engine = AsyncLLM.from_engine_args(
             args, stat_loggers=[_recorder_factory(self._stats)]
         )
-        self._tokenizer = self._engine.get_tokenizer()
+        self._tokenizer = ChatTokenizer(self._engine.get_tokenizer())
         log.info("generator %s started", self.config.model)
         return self
 
@@ -163,8 +196,7 @@ class VllmGenerator:
     @property
     def special_tokens(self) -> list[str]:
         self._require()
-        added = getattr(self._tokenizer, "added_tokens_decoder", {}) or {}
-        return sorted({*self._tokenizer.all_special_tokens, *(t.content for t in added.values())})
+        return self._tokenizer.special_tokens
 
     def _require(self) -> None:
         if self._engine is None:
@@ -172,7 +204,7 @@ class VllmGenerator:
 
     def encode(self, text: str) -> list[int]:
         self._require()
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        return self._tokenizer.encode(text)
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -180,10 +212,7 @@ class VllmGenerator:
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """The model's chat template, with the assistant turn opened."""
         self._require()
-        text = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        return self._tokenizer.render(messages)
 
     async def stream(
         self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from index.service import IndexService
 from index.types import SearchHit
 from serve.generator import GenerationChunk, Generator
 from serve.query.budget import ContextLengthError, plan_budget
@@ -27,7 +26,7 @@ from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, is_not_found, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
 from serve.query.rerank import RerankConfig, build_reranker, rerank
-from serve.query.retrieval import Fusion, SearchFilter, SearchMode, retrieve
+from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
 DEFAULT_MAX_TOKENS = 512
@@ -109,8 +108,8 @@ class QueryOptions:
 
 
 class QueryPipeline:
-    def __init__(self, index: IndexService, generator: Generator, config: QueryConfig) -> None:
-        self.index = index
+    def __init__(self, searcher: Searcher, generator: Generator, config: QueryConfig) -> None:
+        self.searcher = searcher
         self.generator = generator
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
@@ -128,18 +127,16 @@ class QueryPipeline:
         can widen the scope."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
-        ranked = retrieve(
-            self.index.shard(tenant),
-            self.index.embedder,
-            query,
-            2 * config.candidates,  # everything both sides found, fused
-            config.mode,
+        params = SearchParams(
+            mode=config.mode,
             fusion=config.fusion,
             dense_weight=config.dense_weight,
             pool=config.candidates,
             search_filter=options.search_filter,
             score_threshold=options.score_threshold,
         )
+        # everything both sides found, fused
+        ranked = await self.searcher.search(tenant, query, 2 * config.candidates, params)
         hits = [hit for hit, _ in ranked]
         if options.gate:
             hits = self.gate.filter(hits)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from index.embedding import QueryEmbedder
 from index.store.shard import TenantShard
 from index.types import SearchHit
 from serve.query.fusion import reciprocal_rank_fusion, weighted_fusion
+
+if TYPE_CHECKING:
+    from index.service import IndexService
 
 SearchMode = Literal["dense", "lexical", "hybrid"]
 Fusion = Literal["rrf", "weighted"]
@@ -88,3 +91,58 @@ def retrieve(
     if score_threshold is not None:
         ranked = [(hit, score) for hit, score in ranked if score >= score_threshold]
     return drop_near_duplicates(ranked)[:k]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchParams:
+    """How one search runs (``retrieve``'s keyword arguments)."""
+
+    mode: SearchMode = "hybrid"
+    fusion: Fusion = "weighted"
+    dense_weight: float = 0.4
+    pool: int = HYBRID_POOL
+    search_filter: SearchFilter | None = None
+    score_threshold: float | None = None
+
+
+class Searcher(Protocol):
+    """Where the query pipeline's candidates come from: the tenant's shard, in-process
+    (LocalSearcher) or behind the appliance's embedder and shard deployments."""
+
+    async def search(
+        self, tenant: str, query: str, k: int, params: SearchParams
+    ) -> list[tuple[SearchHit, float]]: ...
+
+
+def search_shard(
+    shard: TenantShard, embedder: QueryEmbedder, query: str, k: int, params: SearchParams
+) -> list[tuple[SearchHit, float]]:
+    return retrieve(
+        shard, embedder, query, k, params.mode, fusion=params.fusion,
+        dense_weight=params.dense_weight, pool=params.pool,
+        search_filter=params.search_filter, score_threshold=params.score_threshold,
+    )  # fmt: skip
+
+
+class LocalSearcher:
+    """Searches an IndexService's shards in this process."""
+
+    def __init__(self, index: IndexService) -> None:
+        self.index = index
+
+    async def search(
+        self, tenant: str, query: str, k: int, params: SearchParams
+    ) -> list[tuple[SearchHit, float]]:
+        return search_shard(self.index.shard(tenant), self.index.embedder, query, k, params)
+
+
+class PrecomputedQuery:
+    """A QueryEmbedder that returns a vector computed elsewhere (the embedder deployment)."""
+
+    def __init__(self, vector) -> None:
+        self.vector = vector
+
+    def embed_queries(self, texts):
+        import numpy as np
+
+        return np.asarray(self.vector, dtype=np.float32).reshape(1, -1)

@@ -18,6 +18,7 @@ from serve.generator import VllmGenerator
 from serve.models import MODELS, fetch, models_dir
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import QueryPipeline
+from serve.query.retrieval import LocalSearcher
 from tests.conftest import CORPUS, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
@@ -44,7 +45,7 @@ def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_pa
     async def ask_both():
         generator = VllmGenerator(generator_config).start()
         try:
-            pipeline = QueryPipeline(service, generator, config.query)
+            pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
             leave = await pipeline.answer(
                 "acme", "How many days of paid annual leave do employees get per year?",
                 max_tokens=80,

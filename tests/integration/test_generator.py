@@ -12,6 +12,7 @@ from serve.generator import GeneratorConfig, VllmGenerator
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
 from serve.query.rerank import GeneratorReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
 from tests.conftest import CORPUS
 from tests.tiny_model import build_tiny_model
 
@@ -112,7 +113,7 @@ def test_query_pipeline_end_to_end_with_real_components(generator, loop, tmp_pat
     service = IndexService(IndexConfig(), tmp_path, embedder=minilm).start()
     files, _ = discover([CORPUS / "acme"])
     list(service.pipeline("acme").ingest(files))
-    pipeline = QueryPipeline(service, generator, QueryConfig())
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
     answer = loop.run_until_complete(
         pipeline.answer("acme", "How many days of annual leave?", max_tokens=16)
     )
@@ -154,7 +155,7 @@ def test_streaming_pipeline_with_generator_reranking(generator, loop, tmp_path, 
     files, _ = discover([CORPUS / "acme"])
     list(service.pipeline("acme").ingest(files))
     config = QueryConfig(top_k=2, rerank=RerankConfig(backend="generator", candidates=6))
-    pipeline = QueryPipeline(service, generator, config)
+    pipeline = QueryPipeline(LocalSearcher(service), generator, config)
 
     async def collect_stream():
         return [item async for item in pipeline.stream("acme", "annual leave", max_tokens=12)]
@@ -213,7 +214,7 @@ def test_eval_with_answers_on_the_real_engine(generator, loop, tmp_path, minilm)
     list(service.pipeline("acme").ingest(files))
     questions = load_questions(REPO / "samples/eval/acme.jsonl")
     sample = [q for q in questions if q.id in {"leave", "power", "world-cup"}]
-    evaluator = Evaluator(QueryPipeline(service, generator, QueryConfig()), "acme")
+    evaluator = Evaluator(QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme")
 
     async def run_all():
         return [await evaluator.evaluate(q) for q in sample]

@@ -14,6 +14,7 @@ from serve.eval.run import (
     summarize,
 )
 from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.retrieval import LocalSearcher
 from serve.testing import ScriptedGenerator
 
 pytestmark = pytest.mark.unit
@@ -60,7 +61,7 @@ def test_questions_are_validated_line_by_line(tmp_path):
 
 def test_evaluator_measures_retrieval_answers_and_abstentions(service):
     generator = ScriptedGenerator("Annual leave is 27 days per calendar year [1] [5].")
-    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     evaluator = Evaluator(pipeline, "acme")
     answerable = EvalQuestion(
         question="annual leave days", id="a", relevant_files=["leave.txt"],
@@ -74,7 +75,7 @@ def test_evaluator_measures_retrieval_answers_and_abstentions(service):
     assert result.model_citations_invalid == 1  # the [5]
     assert result.supported_share == 1.0
 
-    strict = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.99))
+    strict = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.99))
     unanswerable = EvalQuestion(question="world cup winner", id="u", answerable=False)
     missed = asyncio.run(Evaluator(strict, "acme").evaluate(unanswerable))
     assert missed.abstained is True and missed.retrieval == {} and missed.citations == 0
@@ -82,7 +83,9 @@ def test_evaluator_measures_retrieval_answers_and_abstentions(service):
 
 def test_retrieval_only_evaluation_never_calls_the_generator(service):
     generator = ScriptedGenerator("unused")
-    evaluator = Evaluator(QueryPipeline(service, generator, QueryConfig()), "acme", answers=False)
+    evaluator = Evaluator(
+        QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme", answers=False
+    )
     question = EvalQuestion(question="pump oil filter", relevant_files=["pump.txt"])
     result = asyncio.run(evaluator.evaluate(question))
     assert result.retrieval["recall@5"] == 1.0 and result.answer is None

@@ -8,7 +8,7 @@ from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import Answer, QueryConfig, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn, cache_salt
 from serve.query.rerank import RerankConfig
-from serve.query.retrieval import SearchFilter
+from serve.query.retrieval import LocalSearcher, SearchFilter
 from serve.testing import ScriptedGenerator
 
 pytestmark = pytest.mark.unit
@@ -34,7 +34,9 @@ def run(pipeline: QueryPipeline, *args, **kwargs):
 
 def test_answer_cites_checked_sources_and_reports_usage(service):
     generator = ScriptedGenerator("Annual leave is 27 days [1]. Also see [4].")
-    answer = run(QueryPipeline(service, generator, QueryConfig()), "acme", "annual leave days")
+    answer = run(
+        QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme", "annual leave days"
+    )
     assert not answer.abstained
     assert answer.text == "Annual leave is 27 days [1]. Also see."
     assert answer.invalid_citations_removed == 1
@@ -47,7 +49,7 @@ def test_answer_cites_checked_sources_and_reports_usage(service):
 
 def test_abstains_without_calling_the_generator_when_nothing_passes(service):
     generator = ScriptedGenerator("should not be used")
-    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.9))
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.9))
     answer = run(pipeline, "acme", "Quel est le prix du contrat de maintenance ?")
     assert answer.abstained and answer.text == NOT_FOUND["fr"]
     assert answer.sources == () and answer.cited == ()
@@ -56,7 +58,11 @@ def test_abstains_without_calling_the_generator_when_nothing_passes(service):
 
 def test_prompt_holds_only_the_tenants_own_sources(service):
     generator = ScriptedGenerator("ok")
-    answer = run(QueryPipeline(service, generator, QueryConfig()), "globex", "annual leave days")
+    answer = run(
+        QueryPipeline(LocalSearcher(service), generator, QueryConfig()),
+        "globex",
+        "annual leave days",
+    )
     assert {s.hit.file_name for s in answer.sources} == {"globex.txt"}
     system = generator.last_messages[0]["content"]
     assert "Globex annual leave" in system and "27 days" not in system
@@ -65,7 +71,9 @@ def test_prompt_holds_only_the_tenants_own_sources(service):
 def test_history_is_passed_between_sources_and_question(service):
     generator = ScriptedGenerator("ok")
     history = [Turn("user", "hello there"), Turn("assistant", "hi")]
-    run(QueryPipeline(service, generator, QueryConfig()), "acme", "pump oil", history)
+    run(
+        QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme", "pump oil", history
+    )
     roles = [m["role"] for m in generator.last_messages]
     assert roles == ["system", "user", "assistant", "user"]
     assert generator.last_messages[-1]["content"] == "pump oil"
@@ -73,14 +81,14 @@ def test_history_is_passed_between_sources_and_question(service):
 
 def test_question_too_long_for_the_window_is_refused_with_numbers(service):
     generator = ScriptedGenerator("ok", max_model_len=200)
-    pipeline = QueryPipeline(service, generator, QueryConfig())
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
     with pytest.raises(ContextLengthError, match="maximum context length is 200 tokens"):
         run(pipeline, "acme", "annual leave " * 100, max_tokens=50)
 
 
 def test_sources_are_trimmed_to_fit_a_small_window(service):
     generator = ScriptedGenerator("ok", max_model_len=170)
-    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     answer = run(pipeline, "acme", "annual leave", max_tokens=20)
     assert 1 <= len(answer.sources) < 2
     assert generator.calls[0]["tokens"] + 20 <= 170
@@ -88,7 +96,7 @@ def test_sources_are_trimmed_to_fit_a_small_window(service):
 
 def test_no_room_for_a_single_source_is_refused_not_answered_blind(service):
     generator = ScriptedGenerator("ok", max_model_len=150)
-    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     with pytest.raises(ContextLengthError, match="with one source"):
         run(pipeline, "acme", "annual leave", max_tokens=20)
     assert generator.calls == []
@@ -96,7 +104,7 @@ def test_no_room_for_a_single_source_is_refused_not_answered_blind(service):
 
 def test_streamed_deltas_are_the_checked_answer_followed_by_the_answer(service):
     generator = ScriptedGenerator("Annual leave is 27 days [1] [9].")
-    pipeline = QueryPipeline(service, generator, QueryConfig())
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
 
     async def collect():
         return [item async for item in pipeline.stream("acme", "annual leave days")]
@@ -110,7 +118,7 @@ def test_streamed_deltas_are_the_checked_answer_followed_by_the_answer(service):
 
 def test_options_narrow_the_search_but_never_widen_the_tenant(service):
     generator = ScriptedGenerator("ok")
-    pipeline = QueryPipeline(service, generator, QueryConfig(min_dense_score=0.0))
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     only_pump = QueryOptions(search_filter=SearchFilter(file_names=("pump.txt",)))
     answer = run(pipeline, "acme", "annual leave", options=only_pump)
     assert {s.hit.file_name for s in answer.sources} == {"pump.txt"}
@@ -126,7 +134,7 @@ def test_generator_reranker_reorders_and_can_be_turned_off_per_request(service):
 
     generator = ScriptedGenerator("ok", judge=judge)
     config = QueryConfig(min_dense_score=0.0, top_k=1, rerank=RerankConfig(backend="generator"))
-    pipeline = QueryPipeline(service, generator, config)
+    pipeline = QueryPipeline(LocalSearcher(service), generator, config)
 
     async def top(question, options=None):
         return await pipeline.retrieve("acme", question, options or QueryOptions())
@@ -142,8 +150,10 @@ def test_follow_up_questions_retrieve_with_the_earlier_question(service):
     generator = ScriptedGenerator("ok")
     history = [Turn("user", "Does the pump need oil?"), Turn("assistant", "Yes, monthly.")]
     lexical = {"mode": "lexical", "min_dense_score": 0.0, "min_bm25_score": 0.0}
-    recent = QueryPipeline(service, generator, QueryConfig(**lexical))
-    alone = QueryPipeline(service, generator, QueryConfig(**lexical, condense="none"))
+    recent = QueryPipeline(LocalSearcher(service), generator, QueryConfig(**lexical))
+    alone = QueryPipeline(
+        LocalSearcher(service), generator, QueryConfig(**lexical, condense="none")
+    )
     follow_up = "how frequently then?"  # no word of any document
     assert {s.hit.file_name for s in run(recent, "acme", follow_up, history).sources} == {
         "pump.txt"
@@ -156,7 +166,12 @@ def test_generator_condensation_retrieves_with_the_rewritten_question(service):
     generator = ScriptedGenerator("Does the pump need oil?")  # the rewrite the model returns
     config = QueryConfig(mode="lexical", min_bm25_score=0.0, condense="generator")
     history = [Turn("user", "Tell me about our machines."), Turn("assistant", "Which one?")]
-    answer = run(QueryPipeline(service, generator, config), "acme", "what does it need?", history)
+    answer = run(
+        QueryPipeline(LocalSearcher(service), generator, config),
+        "acme",
+        "what does it need?",
+        history,
+    )
     assert {s.hit.file_name for s in answer.sources} == {"pump.txt"}
     assert generator.calls[0]["max_tokens"] == 64  # the rewrite, then the answer
     assert len(generator.calls) == 2
@@ -164,5 +179,7 @@ def test_generator_condensation_retrieves_with_the_rewritten_question(service):
 
 def test_a_model_that_says_not_found_is_an_abstention_without_citations(service):
     generator = ScriptedGenerator("[1] Not found in the sources.")
-    answer = run(QueryPipeline(service, generator, QueryConfig()), "acme", "annual leave days")
+    answer = run(
+        QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme", "annual leave days"
+    )
     assert answer.abstained and answer.cited == () and answer.sources
