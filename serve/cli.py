@@ -571,3 +571,35 @@ def keys_revoke(
         _print_json(_key_row(key))
         return
     out.print(f"{key.id} revoked")
+
+
+@app.command()
+def up(
+    ctx: typer.Context,
+    address: Annotated[
+        str | None, typer.Option(help="Join this Ray cluster instead of starting one.")
+    ] = None,
+    dashboard: Annotated[bool, typer.Option(help="Start the Ray dashboard.")] = True,
+) -> None:
+    """Start the appliance (Ray, the deployments, the OpenAI-compatible API) and serve until
+    Ctrl-C, which stops what this command started."""
+    import time
+
+    from serve import up as appliance
+
+    config: AppConfig = ctx.obj.config
+    err.print("starting Ray and the Grounded application (the first start takes a minute)...")
+    running = _run(lambda: appliance.start(config, address=address, dashboard=dashboard))
+    out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
+              f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
+    if running.dashboard_url:
+        out.print(f"dashboard  {running.dashboard_url}")
+    out.print(f"metrics    {running.metrics_url}")
+    out.print("keys       grounded keys create --tenant <tenant>   (Ctrl-C stops the appliance)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        err.print("stopping...")
+    finally:
+        running.stop()

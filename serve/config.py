@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from index.config import IndexConfig
@@ -20,6 +27,57 @@ from serve.generator import GeneratorConfig
 from serve.query.pipeline import QueryConfig
 
 DEFAULT_DATA_DIR = Path("data")
+
+
+class DeploymentOptions(BaseModel):
+    """Ray Serve resources of one deployment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_replicas: int = Field(1, ge=1)
+    num_cpus: float = Field(0.25, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    max_ongoing_requests: int = Field(64, ge=1)
+
+
+def _deployments() -> dict[str, DeploymentOptions]:
+    return {name: DeploymentOptions() for name in DEPLOYMENTS}
+
+
+DEPLOYMENTS = ("ingress", "embedder", "shards", "generator")
+
+
+class ServeConfig(BaseModel):
+    """The appliance (`grounded up`): addresses, queue limits and per-deployment resources."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    metrics_port: int = Field(8080, ge=1, le=65535)
+    dashboard_port: int = Field(8265, ge=1, le=65535)
+    max_queued_generations: int = Field(
+        32, ge=1, description="Generations in flight per ingress replica; 429 beyond."
+    )
+    shards_per_replica: int = Field(16, ge=1, description="Tenant shards kept open (LRU).")
+    embed_cache_size: int = Field(4096, ge=0, description="Query embeddings kept (LRU).")
+    embed_batch_size: int = Field(32, ge=1)
+    embed_batch_wait_s: float = Field(0.005, ge=0)
+    generator_threads: int | None = Field(
+        None, ge=1, description="OMP threads of the vLLM engine (CPU); default: all cores."
+    )
+    deployments: dict[str, DeploymentOptions] = Field(default_factory=_deployments)
+
+    @field_validator("deployments")
+    @classmethod
+    def _known(cls, value: dict[str, DeploymentOptions]) -> dict[str, DeploymentOptions]:
+        unknown = sorted(set(value) - set(DEPLOYMENTS))
+        if unknown:
+            raise ValueError(f"unknown deployments {unknown}; allowed: {', '.join(DEPLOYMENTS)}")
+        return {**_deployments(), **value}
+
+    def options(self, name: str) -> DeploymentOptions:
+        return self.deployments.get(name, DeploymentOptions())
 
 
 class AppConfig(BaseSettings):
@@ -31,6 +89,7 @@ class AppConfig(BaseSettings):
     index: IndexConfig = IndexConfig()
     query: QueryConfig = QueryConfig()
     generator: GeneratorConfig = GeneratorConfig()
+    serve: ServeConfig = ServeConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -79,4 +138,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
         where = f" in {path}" if path else ""
         raise ConfigError(f"invalid configuration{where}:\n{_describe(exc)}") from exc
     # Flags beat the environment, which beats the file (the environment is read above).
-    return config.model_copy(update=overrides) if overrides else config
+    validated = {}
+    for key, value in overrides.items():
+        try:
+            annotation = AppConfig.model_fields[key].annotation
+            validated[key] = TypeAdapter(annotation).validate_python(value)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid override of {key}:\n{_describe(exc)}") from exc
+    return config.model_copy(update=validated) if validated else config

@@ -1,0 +1,410 @@
+"""The OpenAI-compatible surface: request models, response shapes and the error mapping.
+
+Plain Python (no Ray): the appliance's ingress parses requests with these models and shapes
+every response and error here, so the wire format is defined and tested in one place.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from index.errors import GroundedError, InvalidRequestError
+from index.pipeline import IngestResult
+from index.types import DocumentRecord, SearchHit
+from serve.query.pipeline import Answer, QueryOptions
+from serve.query.prompt import Turn
+from serve.query.retrieval import SearchFilter
+
+MODEL_ID = "grounded"
+
+
+class ModelNotFoundError(GroundedError):
+    status = 404
+    type = "invalid_request_error"
+    param = "model"
+    code = "model_not_found"
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    """A message's text: a string, or the text parts of a content list."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        if part.get("type") != "text":
+            raise InvalidRequestError(
+                f"message content of type {part.get('type')!r} is not supported; send text",
+                param="messages",
+            )
+        parts.append(str(part.get("text", "")))
+    return "\n".join(parts)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class Filters(BaseModel):
+    """Extension: narrows retrieval to the caller's documents matching every condition."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file_ids: list[str] | None = None
+    filenames: list[str] | None = None
+    attributes: dict[str, str] = {}
+
+    def search_filter(self) -> SearchFilter:
+        return SearchFilter(
+            doc_ids=tuple(self.file_ids) if self.file_ids is not None else None,
+            file_names=tuple(self.filenames) if self.filenames is not None else None,
+            attributes=dict(self.attributes),
+        )
+
+
+class ChatRequest(BaseModel):
+    """OpenAI's chat completion request; unknown OpenAI parameters are accepted and ignored.
+    Extensions: top_k, filters, score_threshold, rerank."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = Field(None, gt=0)
+    max_completion_tokens: int | None = Field(None, gt=0)
+    n: int = Field(1, ge=1, le=1)
+    user: str | None = None
+    top_k: int | None = Field(None, gt=0, le=50)
+    filters: Filters | None = None
+    score_threshold: float | None = None
+    rerank: bool | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_a_question(cls, messages: list[Message]) -> list[Message]:
+        if messages[-1].role != "user" or not _text(messages[-1].content).strip():
+            raise ValueError("the last message must be the user's question (role 'user', text)")
+        return messages
+
+    def question(self) -> str:
+        return _text(self.messages[-1].content).strip()
+
+    def history(self) -> list[Turn]:
+        """Earlier user and assistant turns. System and developer messages are not used: the
+        appliance's grounding rules are the system prompt."""
+        return [
+            Turn(m.role, _text(m.content))
+            for m in self.messages[:-1]
+            if m.role in ("user", "assistant") and _text(m.content).strip()
+        ]
+
+    def answer_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def options(self) -> QueryOptions:
+        return QueryOptions(
+            top_k=self.top_k,
+            search_filter=self.filters.search_filter() if self.filters else None,
+            score_threshold=self.score_threshold,
+            rerank=self.rerank,
+        )
+
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input: str | list[str] = Field(min_length=1)
+    model: str = MODEL_ID
+    encoding_format: Literal["float", "base64"] = "float"
+
+    def texts(self) -> list[str]:
+        texts = [self.input] if isinstance(self.input, str) else list(self.input)
+        if len(texts) > 2048 or any(not t.strip() for t in texts):
+            raise InvalidRequestError(
+                "input must be 1 to 2048 non-empty strings (token arrays are not supported)",
+                param="input",
+            )
+        return texts
+
+
+class RankingOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    score_threshold: float | None = None
+
+
+class SearchRequest(BaseModel):
+    """OpenAI's vector store search; ``filters`` uses Grounded's extension shape."""
+
+    model_config = ConfigDict(extra="allow")
+
+    query: str | list[str]
+    max_num_results: int = Field(10, ge=1, le=50)
+    filters: Filters | None = None
+    ranking_options: RankingOptions | None = None
+    rewrite_query: bool = False
+
+    def text(self) -> str:
+        text = self.query if isinstance(self.query, str) else " ".join(self.query)
+        if not text.strip():
+            raise InvalidRequestError("query must not be empty", param="query")
+        return text
+
+
+def parse(model: type[BaseModel], payload: Any) -> Any:
+    """Validate a request body; errors name the field (400, never 500)."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "body"
+        message = first["msg"].removeprefix("Value error, ")
+        raise InvalidRequestError(f"{field}: {message}", param=field) from None
+
+
+def check_model(model: str) -> None:
+    if model != MODEL_ID:
+        raise ModelNotFoundError(f"the model {model!r} does not exist; use {MODEL_ID!r}")
+
+
+def error_body(exc: GroundedError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": exc.message,
+            "type": exc.type,
+            "param": exc.param,
+            "code": exc.code,
+        }
+    }
+
+
+def models_list(generator_model: str) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": MODEL_ID,
+                "object": "model",
+                "created": 0,
+                "owned_by": "grounded",
+                "description": (
+                    "Answers from the caller's tenant documents only, with checked citations; "
+                    f"generator {generator_model}"
+                ),
+            }
+        ],
+    }
+
+
+def _citations(answer: Answer) -> list[dict[str, Any]]:
+    """One annotation per (citing sentence, source): the index is where the sentence ends."""
+    annotations = []
+    for citation in answer.cited:
+        hit = citation.source.hit
+        for sentence in citation.sentences:
+            position = answer.text.find(sentence)
+            index = position + len(sentence) if position >= 0 else len(answer.text)
+            annotations.append({
+                "type": "file_citation", "file_id": hit.doc_id, "filename": hit.file_name,
+                "index": index,
+            })  # fmt: skip
+    return annotations
+
+
+def _extension(answer: Answer) -> dict[str, Any]:
+    """The ``grounded`` field: what standard clients ignore and Grounded's clients read."""
+    return {
+        "abstained": answer.abstained,
+        "citations": [
+            {
+                "number": c.source.number,
+                "file_id": c.source.hit.doc_id,
+                "filename": c.source.hit.file_name,
+                "chunk_id": c.source.hit.chunk_id,
+                "start": c.source.hit.start,
+                "end": c.source.hit.end,
+                "page": c.source.hit.page,
+                "heading_path": list(c.source.hit.heading_path),
+                "score": score_of(c.source.hit),
+                "sentences": list(c.sentences),
+                "support": c.support,
+                "inferred": c.inferred,
+            }
+            for c in answer.cited
+        ],
+        "sources": [
+            {
+                "number": s.number,
+                "file_id": s.hit.doc_id,
+                "filename": s.hit.file_name,
+                "chunk_id": s.hit.chunk_id,
+                "score": score_of(s.hit),
+            }
+            for s in answer.sources
+        ],
+        "invalid_citations_removed": answer.invalid_citations_removed,
+        "supported_share": answer.supported_share,
+        "timings": answer.timings,
+    }
+
+
+def score_of(hit: SearchHit) -> float | None:
+    for score in (hit.rerank_score, hit.dense_score, hit.bm25_score):
+        if score is not None:
+            return float(score)
+    return None
+
+
+def usage(answer: Answer) -> dict[str, Any]:
+    u = answer.usage
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+def _finish(answer: Answer) -> str:
+    return "length" if answer.finish_reason == "length" else "stop"
+
+
+def chat_completion(answer: Answer, request_id: str, created: int) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": MODEL_ID,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": answer.text,
+                    "refusal": None,
+                    "annotations": _citations(answer),
+                },
+                "finish_reason": _finish(answer),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage(answer),
+        "grounded": _extension(answer),
+    }
+
+
+def chunk(request_id: str, created: int, delta: dict, finish: str | None = None, **extra) -> dict:
+    return {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": MODEL_ID,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        **extra,
+    }
+
+
+def final_chunks(answer: Answer, request_id: str, created: int, include_usage: bool) -> list:
+    """After the text deltas: the citations (with the finish reason), then the usage chunk."""
+    chunks = [
+        chunk(
+            request_id,
+            created,
+            {"annotations": _citations(answer)},
+            _finish(answer),
+            grounded=_extension(answer),
+        )
+    ]
+    if include_usage:
+        chunks.append({**chunk(request_id, created, {}), "choices": [], "usage": usage(answer)})
+    return chunks
+
+
+def embeddings(vectors: np.ndarray, encoding: str, tokens: int, model: str) -> dict[str, Any]:
+    def encode(vector: np.ndarray):
+        if encoding == "base64":
+            return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+        return [float(x) for x in vector]
+
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": encode(v)}
+            for i, v in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def file_object(record: DocumentRecord) -> dict[str, Any]:
+    return {
+        "id": record.doc_id,
+        "object": "file",
+        "bytes": record.byte_count,
+        "created_at": _epoch(record.created_at),
+        "filename": record.file_name,
+        "purpose": "assistants",
+        "status": "processed",
+        "status_details": None,
+        "grounded": {k: v for k, v in asdict(record).items() if k not in ("doc_id", "source")},
+    }
+
+
+def _epoch(stamp: str) -> int:
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return 0
+
+
+def refusal(result: IngestResult) -> GroundedError:
+    error = InvalidRequestError(f"{result.file_name}: {result.reason}", param="file")
+    error.status = result.refusal_status or 400
+    return error
+
+
+def search_page(query: str, ranked: Sequence[tuple[SearchHit, float]], attributes) -> dict:
+    return {
+        "object": "vector_store.search_results.page",
+        "search_query": query,
+        "data": [
+            {
+                "file_id": hit.doc_id,
+                "filename": hit.file_name,
+                "score": float(score),
+                "attributes": attributes.get(hit.doc_id, {}),
+                "content": [{"type": "text", "text": hit.text}],
+                "grounded": {
+                    "chunk_id": hit.chunk_id,
+                    "start": hit.start,
+                    "end": hit.end,
+                    "page": hit.page,
+                    "heading_path": list(hit.heading_path),
+                },
+            }
+            for hit, score in ranked
+        ],
+        "has_more": False,
+        "next_page": None,
+    }
+
+
+def now() -> int:
+    return int(time.time())

@@ -1,0 +1,71 @@
+"""Every Prometheus series of the appliance, declared in one place.
+
+They are Ray metrics (ray.util.metrics): each replica records its own, and Ray's metrics agent
+exports them, with Ray's and Serve's own series, at http://<host>:<metrics_port>/metrics (the
+URL `grounded up` prints). Created on first use inside a replica (they need a running Ray).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+STAGE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+STAGES = ("condense", "embed", "retrieve", "rerank", "prompt", "first_token", "generate", "total")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        self.requests = Counter(
+            "grounded_requests_total", "HTTP requests by route and status.", ("route", "status")
+        )
+        self.latency = Histogram(
+            "grounded_request_seconds", "HTTP request latency by route.",
+            boundaries=STAGE_BUCKETS, tag_keys=("route",),
+        )  # fmt: skip
+        self.stage = Histogram(
+            "grounded_stage_seconds",
+            "Query path latency per stage (condense, embed, retrieve, rerank, prompt, "
+            "first_token, generate, total).",
+            boundaries=STAGE_BUCKETS, tag_keys=("stage",),
+        )  # fmt: skip
+        self.tokens = Counter(
+            "grounded_tokens_total", "Tokens in and out of the generator.", ("kind",)
+        )
+        self.abstentions = Counter(
+            "grounded_abstentions_total", "Answers that were 'not found in the sources'.", ("by",)
+        )
+        self.invalid_citations = Counter(
+            "grounded_invalid_citations_removed_total", "[n] citations removed by the check."
+        )
+        self.embed_cache = Counter(
+            "grounded_query_embedding_cache_total", "Query embedding cache lookups.", ("result",)
+        )
+        self.kv_cache_usage = Gauge("grounded_vllm_kv_cache_usage", "vLLM KV-cache use, 0..1.")
+        self.prefix_queries = Counter(
+            "grounded_vllm_prefix_cache_queries_total", "Prompt tokens looked up in the cache."
+        )
+        self.prefix_hits = Counter(
+            "grounded_vllm_prefix_cache_hits_total", "Prompt tokens found in the prefix cache."
+        )
+        self.running = Gauge("grounded_vllm_requests", "vLLM requests by state.", ("state",))
+        self.shard_chunks = Gauge(
+            "grounded_shard_chunks", "Chunks in each loaded tenant shard.", ("tenant",)
+        )
+        self.shards_loaded = Gauge("grounded_shards_loaded", "Tenant shards open in a replica.")
+
+    @staticmethod
+    def add(counter, value: float, tags: dict[str, str] | None = None) -> None:
+        """Counter.inc refuses 0; adding nothing is a no-op here."""
+        if value > 0:
+            counter.inc(value, tags=tags)
+
+    def record_stages(self, timings: dict[str, float]) -> None:
+        for stage, seconds in timings.items():
+            self.stage.observe(seconds, tags={"stage": stage})
+
+
+@cache
+def metrics() -> Metrics:
+    return Metrics()

@@ -1,0 +1,99 @@
+"""Start and stop the appliance: a local Ray (or an existing cluster) plus the Serve app.
+
+Used by `grounded up`, `make demo` and the integration tests. Stopping removes only what was
+started here: the application, and the local Ray when this process started it (never
+`ray stop`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from index.errors import ConfigError
+from serve.config import AppConfig
+from serve.models import resolve_model
+
+log = logging.getLogger(__name__)
+APP_NAME = "grounded"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    api_url: str
+    metrics_url: str
+    dashboard_url: str | None
+    started_ray: bool
+
+    def stop(self) -> None:
+        import ray
+        from ray import serve
+
+        if self.started_ray:
+            serve.shutdown()
+            ray.shutdown()  # the local Ray this process started, nothing else
+        else:
+            serve.delete(APP_NAME)
+
+
+def start(
+    config: AppConfig,
+    *,
+    address: str | None = None,
+    dashboard: bool = True,
+    timeout_s: float = 600.0,
+    ray_options: dict | None = None,
+) -> Running:
+    """Start Ray (unless joining ``address``) and the application; return once /health
+    answers."""
+    import ray
+    from ray import serve
+
+    from serve.appliance import build_app
+
+    resolve_model(config.generator.model, config.data_dir)  # fail before Ray starts
+    settings = config.serve
+    started_ray = not ray.is_initialized() and address is None
+    if not ray.is_initialized():
+        options = {
+            "address": address or "local",
+            "include_dashboard": dashboard and address is None,
+            "namespace": "grounded",
+            "logging_level": logging.WARNING,
+            **(ray_options or {}),
+        }
+        if address is None:
+            options["_metrics_export_port"] = settings.metrics_port
+            if dashboard:
+                options["dashboard_host"] = settings.host
+                options["dashboard_port"] = settings.dashboard_port
+        ray.init(**options)
+    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
+    api_url = f"http://{settings.host}:{settings.port}"
+    _wait_healthy(f"{api_url}/health", timeout_s)
+    return Running(
+        api_url=f"{api_url}/v1",
+        metrics_url=f"http://{settings.host}:{settings.metrics_port}/metrics",
+        dashboard_url=f"http://{settings.host}:{settings.dashboard_port}"
+        if dashboard and address is None
+        else None,
+        started_ray=started_ray,
+    )
+
+
+def _wait_healthy(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            raise ConfigError(f"the appliance did not become healthy at {url} in {timeout_s:.0f}s")
+        time.sleep(0.5)

@@ -1,0 +1,235 @@
+"""The appliance end to end: a local Ray on CPU, the real deployments (MiniLM, FAISS + SQLite
+shards, vLLM with the tiny model), driven through HTTP with the official openai client.
+
+One Ray start serves every test of this module (they share the fixture and run in order)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import urllib.request
+
+import openai
+import pytest
+
+from serve.config import load_config
+from serve.keys import KeyStore
+from tests.conftest import CORPUS
+from tests.tiny_model import build_tiny_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory):
+    root = tmp_path_factory.mktemp("appliance")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    for name, value in {
+        "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+        "VLLM_RPC_BASE_PATH": str(root),
+        "VLLM_LOGGING_LEVEL": "ERROR",
+    }.items():
+        os.environ.setdefault(name, value)
+    text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3 + " yes no Yes No" * 50
+    model = build_tiny_model(root / "tiny", text)
+    fractional = {"num_cpus": 0.1, "max_ongoing_requests": 32}
+    config = load_config(
+        None,
+        data_dir=root / "data",
+        generator={"model": str(model), "max_model_len": 2048, "max_tokens": 16,
+                   "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
+                                     "kv_cache_memory_bytes": 256 * 2**20}},
+        serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
+               "deployments": {name: fractional
+                               for name in ("ingress", "embedder", "shards", "generator")}},
+    )  # fmt: skip
+    keys = KeyStore(config.data_dir)
+    secrets = {
+        "acme": keys.create("acme", ["query", "ingest"])[1],
+        "globex": keys.create("globex", ["query", "ingest"])[1],
+        "acme-read": keys.create("acme", ["query"])[1],
+    }
+    from serve import up
+
+    running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
+    try:
+        yield running, secrets
+    finally:
+        running.stop()
+
+
+def client(appliance, tenant: str) -> openai.OpenAI:
+    running, secrets = appliance
+    return openai.OpenAI(base_url=running.api_url, api_key=secrets[tenant], max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def uploaded(appliance):
+    """The sample corpora uploaded through the API, each tenant with its own key."""
+    ids = {}
+    for tenant in ("acme", "globex"):
+        api = client(appliance, tenant)
+        for path in sorted((CORPUS / tenant).iterdir()):
+            with path.open("rb") as handle:
+                created = api.files.create(file=(path.name, handle.read()), purpose="assistants")
+            ids[(tenant, path.name)] = created.id
+    return ids
+
+
+def test_models_list(appliance):
+    models = client(appliance, "acme").models.list()
+    assert [m.id for m in models.data] == ["grounded"]
+
+
+def test_upload_returns_file_objects_and_lists_them(appliance, uploaded):
+    files = client(appliance, "acme").files.list()
+    names = {f.filename for f in files.data}
+    assert names == {p.name for p in (CORPUS / "acme").iterdir()}
+    one = client(appliance, "acme").files.retrieve(uploaded[("acme", "employee-handbook.md")])
+    assert one.filename == "employee-handbook.md" and one.bytes > 0 and one.status == "processed"
+
+
+def test_chat_cites_the_callers_documents_with_usage(appliance, uploaded):
+    completion = client(appliance, "acme").chat.completions.create(
+        model="grounded",
+        messages=[{"role": "user", "content": "How many days of annual leave do employees get?"}],
+        max_tokens=16,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason in ("stop", "length")
+    assert completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0
+    assert completion.usage.prompt_tokens_details.cached_tokens >= 0
+    extension = completion.model_extra["grounded"]
+    acme_ids = {v for (t, _), v in uploaded.items() if t == "acme"}
+    assert extension["sources"] and {s["file_id"] for s in extension["sources"]} <= acme_ids
+    annotations = choice.message.model_extra.get("annotations") or []
+    assert all(a["type"] == "file_citation" and a["file_id"] in acme_ids for a in annotations)
+
+
+def test_chat_streaming_sends_deltas_then_citations_then_usage(appliance, uploaded):
+    stream = client(appliance, "acme").chat.completions.create(
+        model="grounded",
+        messages=[{"role": "user", "content": "What power supply does the GX-4200 need?"}],
+        max_tokens=12, stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens > 0
+    citations = chunks[-2]
+    assert citations.choices[0].finish_reason in ("stop", "length")
+    assert "annotations" in citations.choices[0].delta.model_extra
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert len(chunks) > 3  # role, text deltas, citations, usage
+    text = "".join(c.choices[0].delta.content or "" for c in chunks[:-2])
+    sources = {s["number"] for s in citations.model_extra["grounded"]["sources"]}
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", text)}
+    assert cited <= sources  # checked while streaming
+
+
+def test_unanswerable_question_is_not_found_without_sources(appliance, uploaded):
+    completion = client(appliance, "acme").chat.completions.create(
+        model="grounded",
+        messages=[{"role": "user", "content": "Who won the 1998 football world cup?"}],
+    )
+    assert completion.choices[0].message.content == "Not found in the sources."
+    assert completion.model_extra["grounded"]["abstained"] is True
+    assert completion.model_extra["grounded"]["sources"] == []
+
+
+def test_embeddings(appliance):
+    result = client(appliance, "acme").embeddings.create(model="grounded", input=["a", "b c"])
+    assert [len(d.embedding) for d in result.data] == [384, 384]
+    assert result.usage.prompt_tokens > 0
+
+
+def test_tenants_never_see_each_other(appliance, uploaded):
+    globex = client(appliance, "globex")
+    acme_handbook = uploaded[("acme", "employee-handbook.md")]
+    assert "employee-handbook.md" not in {f.filename for f in globex.files.list().data}
+    with pytest.raises(openai.NotFoundError):
+        globex.files.retrieve(acme_handbook)
+    with pytest.raises(openai.NotFoundError):
+        globex.files.delete(acme_handbook)
+    found = globex.vector_stores.search(
+        "globex", query="annual leave days", extra_body={"filters": {"file_ids": [acme_handbook]}}
+    )
+    assert found.data == []
+    answer = globex.chat.completions.create(
+        model="grounded", messages=[{"role": "user", "content": "annual leave employee handbook"}]
+    )
+    globex_ids = {v for (t, _), v in uploaded.items() if t == "globex"}
+    assert {s["file_id"] for s in answer.model_extra["grounded"]["sources"]} <= globex_ids
+    with pytest.raises(openai.NotFoundError):
+        globex.vector_stores.search("acme", query="annual leave")
+
+
+def test_unknown_key_is_401_and_scope_is_403(appliance):
+    running, _ = appliance
+    stranger = openai.OpenAI(base_url=running.api_url, api_key="gk-nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    with pytest.raises(openai.PermissionDeniedError):
+        client(appliance, "acme-read").files.create(file=("a.txt", b"hello"), purpose="assistants")
+
+
+def test_bad_requests_are_4xx_with_a_reason(appliance, uploaded):
+    acme = client(appliance, "acme")
+    with pytest.raises(openai.BadRequestError, match="last message must be the user"):
+        acme.chat.completions.create(
+            model="grounded", messages=[{"role": "assistant", "content": "hi"}]
+        )
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        acme.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    before = len(acme.files.list().data)
+    with pytest.raises(openai.BadRequestError, match=r"broken\.pdf"):
+        acme.files.create(file=("broken.pdf", b"%PDF-1.7\n garbage"), purpose="assistants")
+    with pytest.raises(openai.APIStatusError) as unsupported:
+        acme.files.create(file=("notes.docx", b"PK\x03\x04"), purpose="assistants")
+    assert unsupported.value.status_code == 415
+    assert len(acme.files.list().data) == before  # nothing lost, nothing half-stored
+
+
+def test_deleted_file_is_never_retrieved_again(appliance, uploaded):
+    acme = client(appliance, "acme")
+    notes = acme.files.create(
+        file=("zebra-notes.txt", b"The zebra crossing code is QX-77 for the loading bay."),
+        purpose="assistants",
+    )
+    hits = acme.vector_stores.search("acme", query="zebra crossing code QX-77")
+    assert hits.data and hits.data[0].file_id == notes.id
+    assert acme.files.delete(notes.id).deleted
+    hits = acme.vector_stores.search("acme", query="zebra crossing code QX-77")
+    assert notes.id not in {h.file_id for h in hits.data}
+    with pytest.raises(openai.NotFoundError):
+        acme.files.retrieve(notes.id)
+
+
+def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
+    import time
+
+    running, _ = appliance
+    wanted = ("grounded_requests_total", "grounded_stage_seconds", "grounded_tokens_total",
+              "grounded_vllm_kv_cache_usage", "grounded_vllm_prefix_cache_queries_total",
+              "grounded_shard_chunks")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:  # Ray's metrics agent exports every few seconds
+        with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        missing = [name for name in wanted if name not in text]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert not missing, missing
+    requests = [
+        line
+        for line in text.splitlines()
+        if line.startswith("grounded_requests_total{") and not line.endswith(" 0.0")
+    ]
+    assert requests  # fmt: skip
