@@ -13,9 +13,10 @@ from dataclasses import asdict
 from typing import Any, Literal
 
 import numpy as np
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from index.errors import GroundedError, InvalidRequestError
+from index.errors import GroundedError, InvalidRequestError, RateLimitError
 from index.pipeline import IngestResult
 from index.types import DocumentRecord, SearchHit
 from serve.query.pipeline import Answer, QueryOptions
@@ -190,6 +191,14 @@ def error_body(exc: GroundedError) -> dict[str, Any]:
             "code": exc.code,
         }
     }
+
+
+def error_response(exc: GroundedError, request_id: str | None = None) -> JSONResponse:
+    """OpenAI's error object with the error's status; 429 carries Retry-After."""
+    headers = {"x-request-id": request_id} if request_id else {}
+    if isinstance(exc, RateLimitError):
+        headers["retry-after"] = str(max(1, round(exc.retry_after)))
+    return JSONResponse(error_body(exc), status_code=exc.status, headers=headers)
 
 
 def models_list(generator_model: str) -> dict[str, Any]:

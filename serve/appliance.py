@@ -347,13 +347,6 @@ app = FastAPI(
 )
 
 
-def _error_response(exc: GroundedError, request_id: str | None = None) -> JSONResponse:
-    headers = {"x-request-id": request_id} if request_id else {}
-    if isinstance(exc, RateLimitError):
-        headers["retry-after"] = str(max(1, round(exc.retry_after)))
-    return JSONResponse(api.error_body(exc), status_code=exc.status, headers=headers)
-
-
 @app.exception_handler(GroundedError)
 async def _grounded_error(request: Request, exc: GroundedError) -> JSONResponse:
     # Raised in another deployment, it arrives wrapped (a RayTaskError that is also an
@@ -361,7 +354,7 @@ async def _grounded_error(request: Request, exc: GroundedError) -> JSONResponse:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, GroundedError):
         exc = cause
-    return _error_response(exc, getattr(request.state, "request_id", None))
+    return api.error_response(exc, getattr(request.state, "request_id", None))
 
 
 @app.exception_handler(RequestValidationError)
@@ -369,7 +362,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     field = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
     error = InvalidRequestError(f"{field}: {first['msg']}", param=field)
-    return _error_response(error, getattr(request.state, "request_id", None))
+    return api.error_response(error, getattr(request.state, "request_id", None))
 
 
 @app.middleware("http")
@@ -382,7 +375,9 @@ async def _request_id(request: Request, call_next):
         response = await call_next(request)
     except Exception:  # an unexpected failure: logged with the id, never a traceback to clients
         log.exception("request %s %s failed", request_id, route)
-        response = _error_response(GroundedError("internal error; see the server log"), request_id)
+        response = api.error_response(
+            GroundedError("internal error; see the server log"), request_id
+        )
     response.headers["x-request-id"] = request_id
     if route.startswith("/v1/files/"):
         route = "/v1/files/{id}"

@@ -1,0 +1,123 @@
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from index.errors import (
+    AuthenticationError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    FileTooLargeError,
+    InvalidRequestError,
+    MalformedDocumentError,
+    PermissionDeniedError,
+    RateLimitError,
+    UnsupportedFileError,
+)
+from index.types import SearchHit
+from serve import api
+from serve.generator import GeneratorUnavailableError
+from serve.query.budget import ContextLengthError
+from serve.query.citations import check_citations
+from serve.query.pipeline import Answer, Usage
+from serve.query.prompt import canonical_order
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "kind"),
+    [
+        (InvalidRequestError("bad"), 400, "invalid_request_error"),
+        (ContextLengthError("too long: 5000 > 4096"), 400, "invalid_request_error"),
+        (MalformedDocumentError("a.pdf", "damaged"), 400, "invalid_request_error"),
+        (AuthenticationError("no key"), 401, "invalid_request_error"),
+        (PermissionDeniedError("scope"), 403, "permission_denied"),
+        (DocumentNotFoundError("no such file"), 404, "invalid_request_error"),
+        (api.ModelNotFoundError("no model"), 404, "invalid_request_error"),
+        (EmbedderMismatchError("other embedder"), 409, "invalid_request_error"),
+        (FileTooLargeError("a.pdf", "over 50 MiB"), 413, "invalid_request_error"),
+        (UnsupportedFileError("a.docx", "unsupported"), 415, "invalid_request_error"),
+        (RateLimitError("queue full", retry_after=2.4), 429, "rate_limit_exceeded"),
+        (GeneratorUnavailableError("starting"), 503, "service_unavailable"),
+    ],
+)
+def test_every_error_maps_to_its_status_and_openai_shape(error, status, kind):
+    response = api.error_response(error, "req-1")
+    body = json.loads(response.body)
+    assert response.status_code == status
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == kind and body["error"]["message"] == error.message
+    assert response.headers["x-request-id"] == "req-1"
+    if status == 429:
+        assert response.headers["retry-after"] == "2"
+
+
+def test_invalid_request_bodies_name_the_field():
+    with pytest.raises(InvalidRequestError, match="messages: List should have at least 1"):
+        api.parse(api.ChatRequest, {"model": "grounded", "messages": []})
+    with pytest.raises(InvalidRequestError, match="last message must be the user's question"):
+        api.parse(api.ChatRequest, {"model": "grounded",
+                                    "messages": [{"role": "system", "content": "x"}]})  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="max_tokens: Input should be greater than 0"):
+        api.parse(api.ChatRequest, {"model": "grounded", "max_tokens": 0,
+                                    "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    with pytest.raises(api.ModelNotFoundError):
+        api.check_model("gpt-4o")
+
+
+def test_chat_request_keeps_turns_and_maps_extensions():
+    body = api.parse(api.ChatRequest, {
+        "model": "grounded", "temperature": 0.2, "top_k": 3, "rerank": False,
+        "filters": {"filenames": ["a.pdf"], "attributes": {"site": "lyon"}},
+        "messages": [
+            {"role": "system", "content": "You are a pirate."},
+            {"role": "user", "content": "First?"},
+            {"role": "assistant", "content": "One."},
+            {"role": "user", "content": [{"type": "text", "text": "And then?"}]},
+        ],
+    })  # fmt: skip
+    assert body.question() == "And then?"
+    assert [(t.role, t.content) for t in body.history()] == [("user", "First?"),
+                                                             ("assistant", "One.")]  # fmt: skip
+    options = body.options()
+    assert options.top_k == 3 and options.rerank is False
+    assert options.search_filter.file_names == ("a.pdf",)
+    assert options.search_filter.attributes == {"site": "lyon"}
+
+
+def answer() -> Answer:
+    hit = SearchHit("c1", "doc-1", "handbook.md", ("Leave",), None, 0, 60,
+                    "Every employee receives 27 days of paid annual leave.", 0.8)  # fmt: skip
+    sources = canonical_order([hit])
+    checked = check_citations("Employees receive 27 days of paid annual leave [1].", sources)
+    return Answer(checked.text, checked.cited, tuple(sources), False, 0, Usage(100, 64, 12),
+                  "stop", checked.statements, {"total": 1.5})  # fmt: skip
+
+
+def test_chat_completion_carries_annotations_usage_and_the_extension():
+    body = api.chat_completion(answer(), "chatcmpl-1", 1700000000)
+    message = body["choices"][0]["message"]
+    assert message["annotations"] == [{
+        "type": "file_citation", "file_id": "doc-1", "filename": "handbook.md",
+        "index": len("Employees receive 27 days of paid annual leave [1]."),
+    }]  # fmt: skip
+    assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 12, "total_tokens": 112,
+                             "prompt_tokens_details": {"cached_tokens": 64}}  # fmt: skip
+    citation = body["grounded"]["citations"][0]
+    assert citation["chunk_id"] == "c1" and citation["score"] == 0.8
+    chunks = api.final_chunks(answer(), "chatcmpl-1", 0, include_usage=True)
+    assert chunks[0]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[0]["choices"][0]["delta"]["annotations"] == message["annotations"]
+    assert chunks[1]["choices"] == [] and chunks[1]["usage"]["completion_tokens"] == 12
+
+
+def test_embeddings_in_both_encodings():
+    vectors = np.array([[0.5, -1.0], [0.25, 2.0]], dtype=np.float32)
+    plain = api.embeddings(vectors, "float", 7, "grounded")
+    assert plain["data"][1]["embedding"] == [0.25, 2.0] and plain["usage"]["total_tokens"] == 7
+    packed = api.embeddings(vectors, "base64", 7, "grounded")["data"][0]["embedding"]
+    assert np.frombuffer(base64.b64decode(packed), dtype="<f4").tolist() == [0.5, -1.0]
+    with pytest.raises(InvalidRequestError, match="non-empty strings"):
+        api.parse(api.EmbeddingRequest, {"input": ["ok", " "]}).texts()
