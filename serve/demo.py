@@ -1,7 +1,9 @@
-"""`make demo`: ingest the bundled sample corpus for two tenants and search each of them.
+"""`make demo`: the appliance end to end, as a user meets it.
 
-Shows per-tenant isolation: the same question asked by both tenants is answered only from the
-asking tenant's documents.
+Starts Ray and the Grounded application, creates an API key per demo tenant, uploads the
+bundled sample corpus through the OpenAI-compatible API, asks questions with the official
+`openai` client and prints each answer with its cited sources, then keeps serving until
+Ctrl-C (`--once`: stops after printing).
 """
 
 from __future__ import annotations
@@ -11,62 +13,92 @@ import logging
 import os
 from pathlib import Path
 
-from index.pipeline import discover
-from index.service import IndexService
-from serve.config import load_config
-from serve.query.retrieval import retrieve
-
 CORPUS = Path(__file__).resolve().parent.parent / "samples" / "corpus"
 QUESTIONS = {
     "acme": [
-        "How many days of annual leave do employees get?",
-        "Which power supply does the GX-4200 controller need?",
-        "Combien de jours de télétravail par semaine ?",
-        "E-310",
+        "How many days of annual leave do employees get, and how many can be carried over?",
+        "What power supply does the GX-4200 controller need?",
+        "Combien de jours de télétravail par semaine sont autorisés ?",
+        "Who won the 1998 football world cup?",
     ],
-    "globex": [
-        "How many days of annual leave do employees get?",
-        "Quel est le délai d'intervention pour une panne de quai ?",
-        "44-A/2024",
-    ],
+    "globex": ["Quel est le numéro du contrat de maintenance et sa durée ?"],
 }
+
+
+def upload(client, tenant: str) -> None:
+    present = {f.filename for f in client.files.list().data}
+    for path in sorted((CORPUS / tenant).iterdir()):
+        if path.name in present:
+            print(f"   unchanged {path.name}")
+            continue
+        created = client.files.create(file=(path.name, path.read_bytes()), purpose="assistants")
+        print(f"   uploaded  {path.name} -> {created.id}")
+
+
+def ask(client, question: str) -> None:
+    print(f"\n?  {question}")
+    completion = client.chat.completions.create(
+        model="grounded", messages=[{"role": "user", "content": question}], max_tokens=160
+    )
+    print(f"=  {completion.choices[0].message.content}")
+    extension = completion.model_extra.get("grounded", {})
+    for citation in extension.get("citations", []):
+        page = f", page {citation['page']}" if citation.get("page") else ""
+        how = " (inferred)" if citation.get("inferred") else ""
+        section = " > ".join(citation.get("heading_path") or [])
+        print(f"   [{citation['number']}] {citation['filename']}{page}  {section}  "
+              f"support {citation['support']:.2f}{how}")  # fmt: skip
+    usage = completion.usage
+    cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+    print(f"   ({usage.prompt_tokens} prompt tokens, {cached} from the prefix cache, "
+          f"{usage.completion_tokens} generated)")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=Path("data/demo"))
-    parser.add_argument("--config", type=Path, default=None)
+    parser.add_argument("--config", type=Path, default=Path("configs/cpu.yaml"))
+    parser.add_argument("--once", action="store_true", help="stop after the questions")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.basicConfig(level=logging.WARNING)
 
+    import openai
+
+    from serve import up
+    from serve.config import load_config
+    from serve.keys import KeyStore
+
     config = load_config(args.config, data_dir=args.data_dir)
-    service = IndexService(config.index, config.data_dir).start()
-    print(f"data directory: {config.data_dir}  embedder: {service.embedder.model_id}\n")
+    print("== starting the appliance (Ray, embedder, shards, vLLM generator; about a minute)")
+    running = up.start(config, dashboard=not args.once)
     try:
-        for tenant in QUESTIONS:
-            files, _ = discover([CORPUS / tenant])
-            print(f"== ingest {len(files)} files into tenant {tenant!r}")
-            for result in service.pipeline(tenant).ingest(files):
-                print(f"   {result.status:<9} {result.file_name} ({result.chunks} chunks)")
-        for tenant, questions in QUESTIONS.items():
-            print(f"\n== search as tenant {tenant!r} (hybrid: dense + BM25, fused by RRF)")
-            for question in questions:
-                print(f"\n?  {question}")
-                for rank, (hit, _score) in enumerate(
-                    retrieve(service.shard(tenant), service.embedder, question, 2), start=1
-                ):
-                    where = " > ".join(hit.heading_path) or "-"
-                    page = f" p.{hit.page}" if hit.page else ""
-                    snippet = " ".join(hit.text.split())[:160]
-                    print(f"   {rank}. [{hit.file_name}{page} | {where}] {snippet}")
+        keys = {tenant: KeyStore(config.data_dir).create(tenant, name="demo")[1]
+                for tenant in QUESTIONS}  # fmt: skip
+        for tenant, key in keys.items():
+            client = openai.OpenAI(base_url=running.api_url, api_key=key, timeout=600)
+            print(f"\n== tenant {tenant!r}: upload the sample documents")
+            upload(client, tenant)
+            print(f"\n== tenant {tenant!r}: questions (answers cite only {tenant}'s files)")
+            for question in QUESTIONS[tenant]:
+                ask(client, question)
+        print(f"\nAPI        {running.api_url}")
+        if running.dashboard_url:
+            print(f"dashboard  {running.dashboard_url}")
+        print(f"metrics    {running.metrics_url}")
+        for tenant, key in keys.items():
+            print(f"key ({tenant}) {key}")
+        if not args.once:
+            print("\nserving; try it with any OpenAI client. Ctrl-C stops.")
+            import time
+
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\nstopping...")
     finally:
-        service.close()
-    print(
-        "\nTry it yourself:\n  .venv/bin/grounded --data-dir",
-        config.data_dir,
-        'search --tenant acme "wrist seals"',
-    )
+        running.stop()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_config_validates(path):
+GROUNDED_CONFIGS = [p for p in sorted((REPO / "configs").glob("*.yaml")) if p.name != "serve.yaml"]
+
+
+@pytest.mark.parametrize("path", GROUNDED_CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):  # serve.yaml: tests/integration/test_configs.py
     config = load_config(path)
     assert isinstance(config, AppConfig)
 
