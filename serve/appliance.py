@@ -50,6 +50,7 @@ from serve.metrics import metrics
 from serve.models import resolve_model
 from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
+from serve.tracing import setup_tracing
 
 log = logging.getLogger("grounded")
 
@@ -412,6 +413,7 @@ async def _final(stream) -> Answer:
 class Ingress:
     def __init__(self, config: AppConfig, model_folder: str, embedder, shards, generator):
         self.config = config
+        setup_tracing(config.serve.tracing)
         self.keys = KeyStore(config.data_dir)
         self.embedder, self.shards, self.generator_handle = embedder, shards, generator
         tokenizer = ChatTokenizer.from_folder(model_folder)

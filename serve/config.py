@@ -25,6 +25,7 @@ from index.config import IndexConfig
 from index.errors import ConfigError
 from serve.generator import GeneratorConfig
 from serve.query.pipeline import QueryConfig
+from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
 
@@ -67,6 +68,7 @@ class ServeConfig(BaseModel):
         None, ge=1, description="OMP threads of the vLLM engine (CPU); default: all cores."
     )
     deployments: dict[str, DeploymentOptions] = Field(default_factory=_deployments)
+    tracing: TracingConfig = TracingConfig()
 
     @field_validator("deployments")
     @classmethod

@@ -63,6 +63,7 @@ def start(
             "include_dashboard": dashboard and address is None,
             "namespace": "grounded",
             "logging_level": logging.WARNING,
+            "log_to_driver": False,  # replica logs stay in Ray's log files and the dashboard
             **(ray_options or {}),
         }
         if address is None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field
 
 from index.types import SearchHit
@@ -27,6 +28,7 @@ from serve.query.gate import EvidenceGate, is_not_found, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
 from serve.query.rerank import RerankConfig, build_reranker, rerank
 from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
+from serve.tracing import tracer
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
 DEFAULT_MAX_TOKENS = 512
@@ -84,16 +86,21 @@ class PreparedPrompt:
 
 
 class Stopwatch:
-    """Seconds per named stage, in the order they ran."""
+    """Seconds per named stage, in the order they ran; each stage is also an OpenTelemetry
+    span under ``parent`` (a no-op unless tracing is configured, serve/tracing.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: trace.Span | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self.context = trace.set_span_in_context(parent) if parent is not None else None
         self._last = time.perf_counter()
+        self._last_ns = time.time_ns()
 
     def lap(self, stage: str) -> None:
-        now = time.perf_counter()
+        now, now_ns = time.perf_counter(), time.time_ns()
         self.timings[stage] = self.timings.get(stage, 0.0) + now - self._last
-        self._last = now
+        span = tracer().start_span(f"grounded.{stage}", self.context, start_time=self._last_ns)
+        span.end(end_time=now_ns)
+        self._last, self._last_ns = now, now_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +168,10 @@ class QueryPipeline:
         history: Sequence[Turn] = (),
         max_tokens: int | None = None,
         options: QueryOptions = QueryOptions(),
+        watch: Stopwatch | None = None,
     ) -> PreparedPrompt | None:
         """The prompt to generate from, or None when no source passes the gate (abstain)."""
-        watch = Stopwatch()
+        watch = watch or Stopwatch()
         salt = cache_salt(tenant)
         query = await condense_query(
             question,
@@ -218,8 +226,24 @@ class QueryPipeline:
     ) -> AsyncIterator[str | Answer]:
         """Checked text deltas as the model writes them, then the final Answer. Invalid
         citations never appear in the deltas (they are held back until checked)."""
+        root = tracer().start_span(
+            "grounded.query",
+            attributes={"grounded.request_id": request_id, "grounded.tenant": tenant},
+        )
+        try:
+            async for item in self._stream(root, tenant, question, history, max_tokens,
+                                           request_id, options):  # fmt: skip
+                if isinstance(item, Answer):
+                    root.set_attribute("grounded.abstained", item.abstained)
+                    root.set_attribute("grounded.completion_tokens", item.usage.completion_tokens)
+                yield item
+        finally:
+            root.end()
+
+    async def _stream(self, root, tenant, question, history, max_tokens, request_id, options):
         started = time.perf_counter()
-        prepared = await self.prepare(tenant, question, history, max_tokens, options)
+        watch = Stopwatch(root)
+        prepared = await self.prepare(tenant, question, history, max_tokens, options, watch)
         if prepared is None:
             text = not_found_message(question)
             yield text
@@ -227,21 +251,26 @@ class QueryPipeline:
             return
         timings = dict(prepared.timings)
         generating = time.perf_counter()
+        span = tracer().start_span("grounded.generate", watch.context)
         citations = CitationFilter(prepared.sources)
         parts: list[str] = []
         last: GenerationChunk | None = None
-        async for chunk in self.generator.stream(
-            prepared.token_ids,
-            max_tokens=prepared.max_tokens,
-            cache_salt=prepared.cache_salt,
-            request_id=request_id,
-        ):
-            if last is None:
-                timings["first_token"] = _since(generating)
-            parts.append(chunk.text)
-            last = chunk
-            if delta := citations.feed(chunk.text):
-                yield delta
+        try:
+            async for chunk in self.generator.stream(
+                prepared.token_ids,
+                max_tokens=prepared.max_tokens,
+                cache_salt=prepared.cache_salt,
+                request_id=request_id,
+            ):
+                if last is None:
+                    timings["first_token"] = _since(generating)
+                    span.add_event("first_token")
+                parts.append(chunk.text)
+                last = chunk
+                if delta := citations.feed(chunk.text):
+                    yield delta
+        finally:
+            span.end()
         if rest := citations.flush():
             yield rest
         timings["generate"] = _since(generating)
