@@ -242,6 +242,32 @@ class RemoteSearcher:
         return await shards.search.remote(query, vector, k, params)
 
 
+# --- Reranker ---------------------------------------------------------------------------
+
+
+@serve.deployment
+class Reranker:
+    """The cross-encoder reranker (query.rerank.backend: cross-encoder); CUDA when present."""
+
+    def __init__(self, config: AppConfig) -> None:
+        from serve.query.rerank import CrossEncoderReranker
+
+        rerank = config.query.rerank
+        self.reranker = CrossEncoderReranker(rerank.model, rerank.device, rerank.batch_size)
+        self.reranker.start()
+
+    async def scores(self, query: str, passages: list[str], cache_salt: str = "") -> list[float]:
+        return await self.reranker.scores(query, passages, cache_salt)
+
+
+class RemoteReranker:
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    async def scores(self, query: str, passages: Sequence[str], cache_salt: str) -> list[float]:
+        return await self.handle.scores.remote(query, list(passages), cache_salt)
+
+
 # --- Generator --------------------------------------------------------------------------
 
 
@@ -411,7 +437,9 @@ async def _final(stream) -> Answer:
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, config: AppConfig, model_folder: str, embedder, shards, generator):
+    def __init__(
+        self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
+    ):
         self.config = config
         setup_tracing(config.serve.tracing)
         self.keys = KeyStore(config.data_dir)
@@ -419,7 +447,8 @@ class Ingress:
         tokenizer = ChatTokenizer.from_folder(model_folder)
         self.generator = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
         searcher = RemoteSearcher(embedder, shards)
-        self.pipeline = QueryPipeline(searcher, self.generator, config.query)
+        remote = RemoteReranker(reranker) if reranker is not None else None
+        self.pipeline = QueryPipeline(searcher, self.generator, config.query, remote)
         self.model_name = config.generator.model or model_folder
         self.in_flight = 0
 
@@ -642,6 +671,9 @@ def build_app(config: AppConfig | dict | None = None):
     generator = Generator.options(
         **_options(config, "generator", runtime_env={"env_vars": generator_env(config)})
     ).bind(config, model_folder)
+    reranker = None
+    if config.query.rerank.backend == "cross-encoder":  # the generator judges in its own replica
+        reranker = Reranker.options(**_options(config, "reranker", runtime_env=env)).bind(config)
     return Ingress.options(**_options(config, "ingress", runtime_env=env)).bind(
-        config, model_folder, embedder, shards, generator
+        config, model_folder, embedder, shards, generator, reranker
     )

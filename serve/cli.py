@@ -445,26 +445,47 @@ def evaluate(
     ] = False,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
     report: Annotated[Path | None, typer.Option("--out", help="Write a Markdown report.")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="A running appliance's API (http://host:8000/v1).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="GROUNDED_API_KEY", help="The tenant's key, with --url.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure retrieval (recall@1/5/10, MRR@10, nDCG@10) and answers (abstention, citation
-    validity, faithfulness proxy, answer match, latency per stage) on a question set."""
+    validity, faithfulness proxy, answer match, latency per stage) on a question set,
+    in-process over the data directory, or against a running appliance (--url, --api-key)."""
     import asyncio
 
-    from serve.eval.run import Evaluator, load_questions, markdown_report, results_json, summarize
+    from serve.eval.run import (
+        ApiBackend,
+        Evaluator,
+        load_questions,
+        markdown_report,
+        results_json,
+        summarize,
+    )
 
     items = _run(lambda: load_questions(questions))[:limit]
+    if url and not api_key:
+        raise typer.BadParameter("give the tenant's key with --api-key", param_hint="--api-key")
+
+    async def run_all(evaluator):
+        results = []
+        with _progress(transient=True) as progress:
+            task = progress.add_task("questions", total=len(items))
+            for item in items:
+                results.append(await evaluator.evaluate(item))
+                progress.advance(task)
+        return results
 
     async def work():
-        results = []
+        if url:
+            backend = ApiBackend(url, api_key, tenant)
+            return await run_all(Evaluator(backend, tenant, answers=not retrieval_only))
         async with _query_pipeline(ctx, tenant, generate=not retrieval_only) as pipeline:
-            evaluator = Evaluator(pipeline, tenant, answers=not retrieval_only)
-            with _progress(transient=True) as progress:
-                task = progress.add_task("questions", total=len(items))
-                for item in items:
-                    results.append(await evaluator.evaluate(item))
-                    progress.advance(task)
-        return results
+            return await run_all(Evaluator(pipeline, tenant, answers=not retrieval_only))
 
     results = _run(lambda: asyncio.run(work()))
     summary = summarize(results)

@@ -45,7 +45,7 @@ def _deployments() -> dict[str, DeploymentOptions]:
     return {name: DeploymentOptions() for name in DEPLOYMENTS}
 
 
-DEPLOYMENTS = ("ingress", "embedder", "shards", "generator")
+DEPLOYMENTS = ("ingress", "embedder", "shards", "generator", "reranker")
 
 
 class ServeConfig(BaseModel):

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,7 +25,7 @@ from serve.eval.metrics import (
     recall_at,
     reciprocal_rank,
 )
-from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 
 CUTOFFS = (1, 5, 10)
 
@@ -99,18 +100,104 @@ class QuestionResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerView:
+    """What the metrics need from an answer, in-process (Answer) or over HTTP (the API's
+    ``grounded`` extension field)."""
+
+    text: str
+    abstained: bool
+    citations: list[tuple[int, str, bool]]  # (number, chunk id, inferred)
+    sources: set[tuple[int, str]]  # (number, chunk id) of every source in the prompt
+    invalid_removed: int
+    supported_share: float
+    timings: dict[str, float]
+
+    @classmethod
+    def of(cls, answer: Answer) -> AnswerView:
+        return cls(
+            answer.text,
+            answer.abstained,
+            [(c.source.number, c.source.hit.chunk_id, c.inferred) for c in answer.cited],
+            {(s.number, s.hit.chunk_id) for s in answer.sources},
+            answer.invalid_citations_removed,
+            answer.supported_share,
+            answer.timings,
+        )
+
+    @classmethod
+    def from_api(cls, completion: dict[str, Any]) -> AnswerView:
+        extension = completion["grounded"]
+        return cls(
+            completion["choices"][0]["message"]["content"],
+            extension["abstained"],
+            [(c["number"], c["chunk_id"], c["inferred"]) for c in extension["citations"]],
+            {(s["number"], s["chunk_id"]) for s in extension["sources"]},
+            extension["invalid_citations_removed"],
+            extension["supported_share"],
+            extension["timings"],
+        )
+
+
+class Backend(Protocol):
+    async def rank(self, question: str, k: int) -> list[tuple[str, str]]:
+        """(file name, document id) of the top-k chunks, best first, without the gate."""
+        ...
+
+    async def ask(self, question: str) -> AnswerView: ...
+
+
+class LocalBackend:
+    """In-process: the query pipeline over a data directory."""
+
+    def __init__(self, pipeline: QueryPipeline, tenant: str) -> None:
+        self.pipeline, self.tenant = pipeline, tenant
+
+    async def rank(self, question: str, k: int) -> list[tuple[str, str]]:
+        hits = await self.pipeline.retrieve(
+            self.tenant, question, QueryOptions(top_k=k, gate=False)
+        )
+        return [(h.file_name, h.doc_id) for h in hits]
+
+    async def ask(self, question: str) -> AnswerView:
+        return AnswerView.of(await self.pipeline.answer(self.tenant, question))
+
+
+class ApiBackend:
+    """A running appliance, through its OpenAI-compatible API (the key selects the tenant)."""
+
+    def __init__(self, base_url: str, api_key: str, tenant: str) -> None:
+        import openai
+
+        self.client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=2,
+                                         timeout=900)  # fmt: skip
+        self.tenant = tenant
+
+    async def rank(self, question: str, k: int) -> list[tuple[str, str]]:
+        page = await self.client.vector_stores.search(
+            self.tenant, query=question, max_num_results=k
+        )
+        return [(hit.filename, hit.file_id) for hit in page.data]
+
+    async def ask(self, question: str) -> AnswerView:
+        completion = await self.client.chat.completions.create(
+            model="grounded", messages=[{"role": "user", "content": question}]
+        )
+        return AnswerView.from_api(completion.model_dump())
+
+
 class Evaluator:
-    def __init__(self, pipeline: QueryPipeline, tenant: str, answers: bool = True) -> None:
-        self.pipeline, self.tenant, self.answers = pipeline, tenant, answers
+    def __init__(self, backend: Backend | QueryPipeline, tenant: str, answers: bool = True):
+        if isinstance(backend, QueryPipeline):
+            backend = LocalBackend(backend, tenant)
+        self.backend, self.answers = backend, answers
 
     async def evaluate(self, question: EvalQuestion) -> QuestionResult:
         result = QuestionResult(question.id or "", question.question, question.answerable)
         if question.relevant:
             by_file = bool(question.relevant_files)
-            hits = await self.pipeline.retrieve(
-                self.tenant, question.question, QueryOptions(top_k=max(CUTOFFS), gate=False)
-            )
-            ranked = first_occurrences(h.file_name if by_file else h.doc_id for h in hits)
+            hits = await self.backend.rank(question.question, max(CUTOFFS))
+            ranked = first_occurrences(name if by_file else doc for name, doc in hits)
             relevant = question.relevant
             result.ranked = ranked
             result.retrieval = {f"recall@{k}": recall_at(ranked, relevant, k) for k in CUTOFFS}
@@ -118,16 +205,15 @@ class Evaluator:
             result.retrieval["ndcg@10"] = ndcg_at(ranked, relevant, 10)
         if not self.answers:
             return result
-        answer = await self.pipeline.answer(self.tenant, question.question)
-        prompt = {(s.number, s.hit.chunk_id) for s in answer.sources}
+        answer = await self.backend.ask(question.question)
         result.answer = answer.text
         result.abstained = answer.abstained
-        result.citations = len(answer.cited)
+        result.citations = len(answer.citations)
         result.citations_valid = sum(
-            (c.source.number, c.source.hit.chunk_id) in prompt for c in answer.cited
+            (n, chunk) in answer.sources for n, chunk, _ in answer.citations
         )
-        result.model_citations_invalid = answer.invalid_citations_removed
-        result.inferred_citations = sum(c.inferred for c in answer.cited)
+        result.model_citations_invalid = answer.invalid_removed
+        result.inferred_citations = sum(inferred for _, _, inferred in answer.citations)
         result.supported_share = None if answer.abstained else answer.supported_share
         if question.answer_contains and not answer.abstained:
             result.matched = answer_matches(answer.text, question.answer_contains)

@@ -26,7 +26,7 @@ from serve.query.citations import (
 from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, is_not_found, not_found_message
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
-from serve.query.rerank import RerankConfig, build_reranker, rerank
+from serve.query.rerank import RerankConfig, Reranker, build_reranker, rerank
 from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
 from serve.tracing import tracer
 
@@ -115,12 +115,20 @@ class QueryOptions:
 
 
 class QueryPipeline:
-    def __init__(self, searcher: Searcher, generator: Generator, config: QueryConfig) -> None:
+    def __init__(
+        self,
+        searcher: Searcher,
+        generator: Generator,
+        config: QueryConfig,
+        reranker: Reranker | None = None,
+    ) -> None:
+        """``reranker`` defaults to the one ``config.rerank`` describes (the appliance passes
+        its reranker deployment instead)."""
         self.searcher = searcher
         self.generator = generator
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
-        self.reranker = build_reranker(config.rerank, generator)
+        self.reranker = reranker or build_reranker(config.rerank, generator)
 
     async def retrieve(
         self,

@@ -47,6 +47,7 @@ def appliance(tmp_path_factory):
                    "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
                                      "kv_cache_memory_bytes": 256 * 2**20}},
         serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
+               "max_queued_generations": 2,
                "deployments": {name: fractional
                                for name in ("ingress", "embedder", "shards", "generator")}},
     )  # fmt: skip
@@ -211,6 +212,25 @@ def test_deleted_file_is_never_retrieved_again(appliance, uploaded):
         acme.files.retrieve(notes.id)
 
 
+def test_eval_runs_against_the_appliance_through_the_api(appliance, uploaded, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from serve.cli import app
+    from tests.conftest import REPO
+
+    running, secrets = appliance
+    result = CliRunner().invoke(app, [
+        "--data-dir", str(tmp_path), "eval", "-t", "acme", str(REPO / "samples/eval/acme.jsonl"),
+        "--url", running.api_url, "--api-key", secrets["acme"], "--limit", "3", "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["summary"]
+    assert summary["answered"] == 3 and summary["with_relevance"] == 3
+    assert summary["recall@10"] > 0 and summary["citation_validity"] in (None, 1.0)
+
+
 def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
     import time
 
@@ -237,3 +257,31 @@ def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
     assert total("grounded_tokens_total") > 0
     assert total("grounded_vllm_prefix_cache_queries_total") > 0
     assert total("grounded_shard_chunks") > 0
+
+
+def test_a_full_generator_queue_is_429_with_retry_after(appliance, uploaded):
+    """Last in the module: two held streams fill the queue (serve.max_queued_generations: 2)."""
+    import time
+
+    import httpx
+
+    running, secrets = appliance
+    headers = {"Authorization": f"Bearer {secrets['acme']}"}
+    body = {"model": "grounded", "stream": True, "max_tokens": 1000,
+            "messages": [{"role": "user", "content": "annual leave days"}]}  # fmt: skip
+    with httpx.Client(base_url=running.api_url, headers=headers, timeout=120) as http:
+        with http.stream("POST", "/chat/completions", json=body) as first, \
+                http.stream("POST", "/chat/completions", json=body) as second:  # fmt: skip
+            assert first.status_code == second.status_code == 200
+            refused = http.post("/chat/completions", json={**body, "stream": False})
+            assert refused.status_code == 429
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "queue is full" in refused.json()["error"]["message"]
+        deadline = time.monotonic() + 60  # the held streams release their slots when closed
+        while http.get("/models").status_code == 200:
+            answer = http.post("/chat/completions", json={**body, "stream": False,
+                                                          "max_tokens": 4})  # fmt: skip
+            if answer.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert answer.status_code == 200

@@ -16,7 +16,13 @@ CONFIGS = REPO / "configs"
 @pytest.mark.parametrize("name", ["cpu.yaml", "gpu.yaml"])
 def test_grounded_configs_load(name):
     config = load_config(CONFIGS / name)
-    assert set(config.serve.deployments) == {"ingress", "embedder", "shards", "generator"}
+    assert set(config.serve.deployments) == {
+        "ingress",
+        "embedder",
+        "shards",
+        "generator",
+        "reranker",
+    }
 
 
 def test_cpu_config_fits_two_cores():
