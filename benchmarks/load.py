@@ -52,7 +52,7 @@ def summarize(rows: list[tuple[float, float, int, int]], elapsed: float) -> dict
     }
 
 
-async def sweep(send, levels: list[int], waves: int) -> dict[int, dict[str, float]]:
+async def sweep(send, questions, levels: list[int], waves: int) -> dict[int, dict[str, float]]:
     results = {}
     for level in levels:
         count = level * waves
@@ -62,7 +62,7 @@ async def sweep(send, levels: list[int], waves: int) -> dict[int, dict[str, floa
         async def worker(queue=queue, rows=rows):
             while queue:
                 number = queue.pop()
-                rows.append(await send(QUESTIONS[number % len(QUESTIONS)]))
+                rows.append(await send(questions[number % len(questions)]))
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(level)))
@@ -71,7 +71,7 @@ async def sweep(send, levels: list[int], waves: int) -> dict[int, dict[str, floa
     return results
 
 
-async def appliance_phase(config, levels, waves, max_tokens):
+async def appliance_phase(config, questions, levels, waves, max_tokens):
     import openai
 
     from serve import up
@@ -102,16 +102,18 @@ async def appliance_phase(config, levels, waves, max_tokens):
             cached = usage.prompt_tokens_details.cached_tokens if usage else 0
             return total, first or total, usage.prompt_tokens if usage else 0, cached
 
-        await send(QUESTIONS[0])  # warm-up
-        return await sweep(send, levels, waves)
+        await send(questions[0])  # warm-up
+        return await sweep(send, questions, levels, waves)
     finally:
         running.stop()
 
 
-async def bare_phase(config, levels, waves, max_tokens):
+def prompts_for(config, max_tokens):
+    """The final token ids the pipeline builds for each question that gets sources (a question
+    the evidence gate turns away would not reach the generator in either phase)."""
     from index.pipeline import discover
     from index.service import IndexService
-    from serve.generator import ChatTokenizer, VllmGenerator
+    from serve.generator import ChatTokenizer
     from serve.models import resolve_model
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
@@ -125,7 +127,20 @@ async def bare_phase(config, levels, waves, max_tokens):
         max_model_len = config.generator.max_model_len
 
     builder = QueryPipeline(LocalSearcher(service), TokenizerOnly.from_folder(model), config.query)
-    prompts = {q: await builder.prepare("acme", q, max_tokens=max_tokens) for q in QUESTIONS}
+
+    async def build():
+        return {q: await builder.prepare("acme", q, max_tokens=max_tokens) for q in QUESTIONS}
+
+    prompts = asyncio.run(build())
+    service.close()
+    return {q: p for q, p in prompts.items() if p is not None}
+
+
+async def bare_phase(config, prompts, levels, waves, max_tokens):
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+
+    model = resolve_model(config.generator.model, config.data_dir)
     engine = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
     try:
 
@@ -139,11 +154,11 @@ async def bare_phase(config, levels, waves, max_tokens):
                 last = chunk
             return time.perf_counter() - started, first, last.prompt_tokens, last.cached_tokens
 
-        await send(QUESTIONS[0])
-        return await sweep(send, levels, waves)
+        questions = list(prompts)
+        await send(questions[0])
+        return await sweep(send, questions, levels, waves)
     finally:
         engine.shutdown()
-        service.close()
 
 
 async def main() -> None:
@@ -159,11 +174,13 @@ async def main() -> None:
         models = Path(tmp) / "models"
         models.symlink_to((base.data_dir / "models").resolve())  # reuse the fetched model
         config = load_config(Path(args.config), data_dir=Path(tmp))
+        prompts = await asyncio.to_thread(prompts_for, config, args.max_tokens)
+        print(f"{len(prompts)} of {len(QUESTIONS)} questions get sources", file=sys.stderr)
         print("phase 1: the appliance", file=sys.stderr)
-        served = await appliance_phase(config, levels, args.waves, args.max_tokens)
+        served = await appliance_phase(config, list(prompts), levels, args.waves, args.max_tokens)
         print("phase 2: bare vLLM", file=sys.stderr)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # as in the generator replica
-        bare = await bare_phase(config, levels, args.waves, args.max_tokens)
+        bare = await bare_phase(config, prompts, levels, args.waves, args.max_tokens)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; model {base.generator.model}; "
           f"max_tokens {args.max_tokens}; {args.waves} waves per level")  # fmt: skip
     print("\n| concurrency | path | req/s | p50 latency s | p95 latency s | p50 TTFT s | "

@@ -205,9 +205,17 @@ def test_deleted_file_is_never_retrieved_again(appliance, uploaded):
     )
     hits = acme.vector_stores.search("acme", query="zebra crossing code QX-77")
     assert hits.data and hits.data[0].file_id == notes.id
+    asked = acme.chat.completions.create(
+        model="grounded", messages=[{"role": "user", "content": "What is the zebra crossing code?"}]
+    )
+    assert notes.id in {s["file_id"] for s in asked.model_extra["grounded"]["sources"]}
     assert acme.files.delete(notes.id).deleted
     hits = acme.vector_stores.search("acme", query="zebra crossing code QX-77")
     assert notes.id not in {h.file_id for h in hits.data}
+    asked = acme.chat.completions.create(
+        model="grounded", messages=[{"role": "user", "content": "What is the zebra crossing code?"}]
+    )
+    assert notes.id not in {s["file_id"] for s in asked.model_extra["grounded"]["sources"]}
     with pytest.raises(openai.NotFoundError):
         acme.files.retrieve(notes.id)
 
