@@ -43,7 +43,8 @@ class ApiKey:
         return self.revoked_at is None
 
     def require(self, scope: str) -> None:
-        if scope not in self.scopes:
+        """``admin`` grants every scope of its tenant."""
+        if scope not in self.scopes and "admin" not in self.scopes:
             raise PermissionDeniedError(
                 f"this API key has the scopes {', '.join(self.scopes)}; this route needs "
                 f"{scope!r}: create a key with `grounded keys create --scopes {scope}`"

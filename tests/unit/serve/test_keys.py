@@ -48,10 +48,13 @@ def test_scopes_are_checked_and_validated(tmp_path):
     key.require("query")
     with pytest.raises(PermissionDeniedError, match="needs 'ingest'"):
         key.require("ingest")
+    admin, _ = store.create("acme", ["admin"])
+    admin.require("ingest")
+    admin.require("query")
     with pytest.raises(InvalidRequestError, match="unknown scopes"):
         store.create("acme", ["query", "root"])
     with pytest.raises(InvalidTenantError):
         store.create("../etc")
     with pytest.raises(InvalidRequestError, match="no API key with id"):
         store.revoke("key_missing")
-    assert [k.id for k in store.list()] == [key.id]  # refusals stored nothing
+    assert [k.id for k in store.list()] == [key.id, admin.id]  # refusals stored nothing
