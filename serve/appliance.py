@@ -381,7 +381,7 @@ async def _grounded_error(request: Request, exc: GroundedError) -> JSONResponse:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, GroundedError):
         exc = cause
-    return api.error_response(exc, getattr(request.state, "request_id", None))
+    return api.error_response(exc)
 
 
 @app.exception_handler(RequestValidationError)
@@ -389,7 +389,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     field = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
     error = InvalidRequestError(f"{field}: {first['msg']}", param=field)
-    return api.error_response(error, getattr(request.state, "request_id", None))
+    return api.error_response(error)
 
 
 @app.middleware("http")
@@ -403,9 +403,9 @@ async def _request_id(request: Request, call_next):
     except Exception:  # an unexpected failure: logged with the id, never a traceback to clients
         log.exception("request %s %s failed", request_id, route)
         response = api.error_response(
-            GroundedError("internal error; see the server log"), request_id
+            GroundedError(f"internal error; see the server log for request {request_id}")
         )
-    response.headers["x-request-id"] = request_id
+    # Serve's proxy returns the x-request-id header (the same id: it set it on the request).
     if route.startswith("/v1/files/"):
         route = "/v1/files/{id}"
     elif route.startswith("/v1/vector_stores/"):
@@ -500,7 +500,6 @@ class Ingress:
             self._observe(answer)
             return JSONResponse(
                 api.chat_completion(answer, request_id, created),
-                headers={"x-request-id": request.state.request_id},
             )
         admission = self._admission()
         admission.__enter__()
@@ -532,7 +531,7 @@ class Ingress:
 
         return StreamingResponse(
             events(), media_type="text/event-stream",
-            headers={"x-request-id": request.state.request_id, "cache-control": "no-cache"},
+            headers={"cache-control": "no-cache"},
         )  # fmt: skip
 
     def _observe(self, answer: Answer) -> None:

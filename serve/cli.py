@@ -603,14 +603,22 @@ def up(
     dashboard: Annotated[bool, typer.Option(help="Start the Ray dashboard.")] = True,
 ) -> None:
     """Start the appliance (Ray, the deployments, the OpenAI-compatible API) and serve until
-    Ctrl-C, which stops what this command started."""
+    Ctrl-C (or SIGTERM, as `docker stop` sends), which stops what this command started."""
+    import signal
     import time
 
     from serve import up as appliance
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
     config: AppConfig = ctx.obj.config
     err.print("starting Ray and the Grounded application (the first start takes a minute)...")
     running = _run(lambda: appliance.start(config, address=address, dashboard=dashboard))
+    # After ray.init, which installs its own SIGTERM handler; SIGINT too, since a process
+    # started in the background inherits it as ignored.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
               f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
     if running.dashboard_url:
