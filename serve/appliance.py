@@ -316,9 +316,6 @@ class Generator:
             token_ids, allowed_token_ids=allowed_token_ids, cache_salt=cache_salt
         )
 
-    def stats(self) -> EngineStats:
-        return self.generator.stats()
-
     def check_health(self) -> None:
         if not self.generator.health():
             raise RuntimeError("the vLLM engine has failed")
@@ -443,7 +440,7 @@ class Ingress:
         self.config = config
         setup_tracing(config.serve.tracing)
         self.keys = KeyStore(config.data_dir)
-        self.embedder, self.shards, self.generator_handle = embedder, shards, generator
+        self.embedder, self.shards = embedder, shards
         tokenizer = ChatTokenizer.from_folder(model_folder)
         self.generator = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
         searcher = RemoteSearcher(embedder, shards)

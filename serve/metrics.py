@@ -10,7 +10,6 @@ from __future__ import annotations
 from functools import cache
 
 STAGE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
-STAGES = ("condense", "embed", "retrieve", "rerank", "prompt", "first_token", "generate", "total")
 
 
 class Metrics:

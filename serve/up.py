@@ -1,8 +1,8 @@
 """Start and stop the appliance: a local Ray (or an existing cluster) plus the Serve app.
 
 Used by `grounded up`, `make demo` and the integration tests. Stopping removes only what was
-started here: the application, and the local Ray when this process started it (never
-`ray stop`).
+started here: the application (serve.shutdown or serve.delete), and the local Ray when this
+process started it (ray.shutdown); nothing else on the machine is touched.
 """
 
 from __future__ import annotations
