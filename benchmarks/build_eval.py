@@ -136,14 +136,33 @@ def write_corpus(language: str, folder: Path) -> list[Path]:
     return paths
 
 
+ANSWER_SAMPLE = {"description": 50, "sentence": 20, "unanswerable": 30}
+
+
+def answer_sample(questions: list[dict]) -> list[dict]:
+    """The answer-quality sample: evenly spaced questions of each kind (100 per language), so
+    that generating answers with the default model stays within an hour on a CPU."""
+    picked = []
+    for kind, count in ANSWER_SAMPLE.items():
+        of_kind = [q for q in questions if q["kind"] == kind]
+        step = len(of_kind) / count
+        picked += [of_kind[int(i * step)] for i in range(count)]
+    return picked
+
+
+def write_jsonl(path: Path, questions: list[dict]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for question in questions:
+            out.write(json.dumps(question, ensure_ascii=False) + "\n")
+
+
 def main() -> None:
     HERE.mkdir(parents=True, exist_ok=True)
     for language in TEMPLATES:
         corpus, questions = build(language)
         (HERE / f"wiki-{language}.titles").write_text("\n".join(corpus) + "\n", encoding="utf-8")
-        with (HERE / f"wiki-{language}.jsonl").open("w", encoding="utf-8") as out:
-            for question in questions:
-                out.write(json.dumps(question, ensure_ascii=False) + "\n")
+        write_jsonl(HERE / f"wiki-{language}.jsonl", questions)
+        write_jsonl(HERE / f"answers-{language}.jsonl", answer_sample(questions))
         kinds = Counter(q["kind"] for q in questions)
         print(f"{language}: {len(corpus)} articles, {dict(kinds)}")
 

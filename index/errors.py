@@ -94,11 +94,13 @@ class PermissionDeniedError(GroundedError):
 
 
 class RateLimitError(GroundedError):
-    """Too many requests queued (or over a budget); ``retry_after`` in seconds."""
+    """Too many requests queued (or over a budget); ``retry_after`` in seconds; ``reason`` names
+    the limit (the usage accounting counts refusals by it)."""
 
     status = 429
     type = "rate_limit_exceeded"
 
-    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+    def __init__(self, message: str, *, retry_after: float = 1.0, reason: str = "queue") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.reason = reason

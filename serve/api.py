@@ -234,9 +234,11 @@ def _citations(answer: Answer) -> list[dict[str, Any]]:
     return annotations
 
 
-def _extension(answer: Answer) -> dict[str, Any]:
-    """The ``grounded`` field: what standard clients ignore and Grounded's clients read."""
+def _extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``grounded`` field: what standard clients ignore and Grounded's clients read;
+    ``cost`` is the estimate from the configured prices ({"amount", "currency"})."""
     return {
+        **({"cost": cost} if cost is not None else {}),
         "abstained": answer.abstained,
         "citations": [
             {
@@ -292,7 +294,9 @@ def _finish(answer: Answer) -> str:
     return "length" if answer.finish_reason == "length" else "stop"
 
 
-def chat_completion(answer: Answer, request_id: str, created: int) -> dict[str, Any]:
+def chat_completion(
+    answer: Answer, request_id: str, created: int, cost: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -312,7 +316,7 @@ def chat_completion(answer: Answer, request_id: str, created: int) -> dict[str, 
             }
         ],
         "usage": usage(answer),
-        "grounded": _extension(answer),
+        "grounded": _extension(answer, cost),
     }
 
 
@@ -327,7 +331,13 @@ def chunk(request_id: str, created: int, delta: dict, finish: str | None = None,
     }
 
 
-def final_chunks(answer: Answer, request_id: str, created: int, include_usage: bool) -> list:
+def final_chunks(
+    answer: Answer,
+    request_id: str,
+    created: int,
+    include_usage: bool,
+    cost: dict[str, Any] | None = None,
+) -> list:
     """After the text deltas: the citations (with the finish reason), then the usage chunk."""
     chunks = [
         chunk(
@@ -335,7 +345,7 @@ def final_chunks(answer: Answer, request_id: str, created: int, include_usage: b
             created,
             {"annotations": _citations(answer)},
             _finish(answer),
-            grounded=_extension(answer),
+            grounded=_extension(answer, cost),
         )
     ]
     if include_usage:

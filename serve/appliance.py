@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,13 +32,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
-from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError, RateLimitError
+from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
 from index.pipeline import SourceFile
 from index.service import IndexService
 from index.store.shard import TenantShard
 from index.types import SearchHit
 from serve import api
+from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
+from serve.fairness import FairQueue
 from serve.generator import (
     ChatTokenizer,
     EngineStats,
@@ -48,7 +51,7 @@ from serve.generator import (
 from serve.keys import ApiKey, KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
-from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
+from serve.query.pipeline import Answer, Grant, PreparedPrompt, QueryOptions, QueryPipeline, Usage
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
 from serve.tracing import setup_tracing
 
@@ -300,12 +303,14 @@ class Generator:
             self._task = asyncio.get_running_loop().create_task(self._export_forever())
 
     async def stream(
-        self, token_ids: list[int], max_tokens: int, cache_salt: str, request_id: str
-    ) -> AsyncIterator[GenerationChunk]:
+        self, token_ids: list[int], max_tokens: int, cache_salt: str, request_id: str,
+        priority: int = 0,
+    ) -> AsyncIterator[GenerationChunk]:  # fmt: skip
         self._ensure_exporting()
         async for chunk in self.generator.stream(
-            token_ids, max_tokens=max_tokens, cache_salt=cache_salt, request_id=request_id
-        ):
+            token_ids, max_tokens=max_tokens, cache_salt=cache_salt, request_id=request_id,
+            priority=priority,
+        ):  # fmt: skip
             yield chunk
         self._export()
 
@@ -341,10 +346,16 @@ class RemoteGenerator:
         return self.tokenizer.render(messages)
 
     async def stream(
-        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
+        self,
+        token_ids: list[int],
+        *,
+        max_tokens: int,
+        cache_salt: str,
+        request_id: str = "",
+        priority: int = 0,
     ) -> AsyncIterator[GenerationChunk]:
         response = self.handle.options(stream=True).stream.remote(
-            token_ids, max_tokens, cache_salt, request_id or uuid.uuid4().hex
+            token_ids, max_tokens, cache_salt, request_id or uuid.uuid4().hex, priority
         )
         finished = False
         try:
@@ -447,7 +458,8 @@ class Ingress:
         remote = RemoteReranker(reranker) if reranker is not None else None
         self.pipeline = QueryPipeline(searcher, self.generator, config.query, remote)
         self.model_name = config.generator.model or model_folder
-        self.in_flight = 0
+        self.ledger = Ledger(config.data_dir, config.budgets)
+        self.fair = FairQueue(config.serve.generation_slots, config.serve.queue_per_tenant)
 
     def _key(self, request: Request, scope: str) -> ApiKey:
         key = self.keys.authenticate(request.headers.get("authorization"))
@@ -466,19 +478,66 @@ class Ingress:
         self._key(request, "query")
         return api.models_list(self.model_name)
 
-    @contextlib.contextmanager
-    def _admission(self):
-        if self.in_flight >= self.config.serve.max_queued_generations:
-            raise RateLimitError(
-                f"the generator queue is full ({self.in_flight} requests in flight, limit "
-                f"{self.config.serve.max_queued_generations}); retry shortly",
-                retry_after=2,
+    def _admission(self, key: ApiKey, grants: list[Grant]):
+        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot."""
+
+        @contextlib.asynccontextmanager
+        async def admit(prepared: PreparedPrompt):
+            tokens = len(prepared.token_ids) + prepared.max_tokens
+            lease = await asyncio.to_thread(
+                self.ledger.reserve, key.tenant, key.id, key.limits, tokens
             )
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
+            grant = Grant()
+            try:
+                async with self.fair.slot(key.tenant) as priority:
+                    grant.priority = priority
+                    grants.append(grant)
+                    yield grant
+            finally:
+                used = grant.usage.prompt_tokens + grant.usage.completion_tokens
+                await asyncio.to_thread(self.ledger.settle, lease, used)
+
+        return admit
+
+    def _caps(self, key: ApiKey, body: api.ChatRequest) -> tuple[int, int | None]:
+        """max_tokens and the prompt cap of this request, from the tenant's and key's budgets."""
+        prompt_cap, completion_cap = request_caps(
+            self.config.budgets.for_tenant(key.tenant), key.limits
+        )
+        asked = body.answer_tokens()
+        if asked is not None and completion_cap is not None and asked > completion_cap:
+            raise BudgetTooSmallError(
+                f"max_tokens {asked} is above this key's budget max_completion_tokens "
+                f"= {completion_cap}; ask for at most {completion_cap}",
+                reason="max_completion_tokens",
+            )
+        default = self.config.generator.max_tokens
+        return asked or min(default, completion_cap or default), prompt_cap
+
+    def _account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
+        """Record one request in the ledger and the per-tenant metrics; returns its cost."""
+        usage = answer.usage if answer is not None else (grants[0].usage if grants else Usage())
+        outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
+        cost = self.ledger.record(
+            key.tenant, key.id, outcome, prompt=usage.prompt_tokens, cached=usage.cached_tokens,
+            completion=usage.completion_tokens,
+        )  # fmt: skip
+        m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
+        m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
+        m.add(m.tenant_tokens, usage.prompt_tokens, {**tags, "kind": "prompt"})
+        m.add(m.tenant_tokens, usage.cached_tokens, {**tags, "kind": "cached_prompt"})
+        m.add(m.tenant_tokens, usage.completion_tokens, {**tags, "kind": "completion"})
+        m.add(m.tenant_cost, cost, tags)
+        return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
+
+    def _refused(self, key: ApiKey, exc: GroundedError) -> None:
+        reason = getattr(exc, "reason", None)
+        if reason is None:
+            return
+        self.ledger.record(key.tenant, key.id, "refused", reason=reason)
+        metrics().tenant_requests.inc(
+            tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(self, request: Request):
@@ -487,44 +546,46 @@ class Ingress:
         api.check_model(body.model)
         request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
         created = api.now()
-        tokens = body.answer_tokens() or self.config.generator.max_tokens
-        stream = self.pipeline.stream(
-            key.tenant, body.question(), body.history(), tokens, request_id, body.options()
-        )
-        if not body.stream:
-            with self._admission():
-                answer = await _final(stream)
-            self._observe(answer)
-            return JSONResponse(
-                api.chat_completion(answer, request_id, created),
-            )
-        admission = self._admission()
-        admission.__enter__()
+        grants: list[Grant] = []
         try:
-            first = await anext(stream)  # errors (budget, queue) become a 4xx, not a broken stream
-        except BaseException:
-            admission.__exit__(None, None, None)
+            tokens, prompt_cap = self._caps(key, body)
+            options = dataclasses.replace(body.options(), max_prompt_tokens=prompt_cap)
+            stream = self.pipeline.stream(
+                key.tenant, body.question(), body.history(), tokens, request_id, options,
+                admit=self._admission(key, grants),
+            )  # fmt: skip
+            # Budgets, the queue and the prompt are settled before the first delta, so their
+            # refusals become a 4xx here rather than a broken stream.
+            first = await anext(stream) if body.stream else await _final(stream)
+        except GroundedError as exc:
+            self._refused(key, exc)
             raise
+        if not body.stream:
+            self._observe(first)
+            cost = self._account(key, first, grants)
+            return JSONResponse(api.chat_completion(first, request_id, created, cost))
 
         async def events():
+            answer = None
             try:
                 yield _sse(api.chunk(request_id, created, {"role": "assistant", "content": ""}))
                 item = first
-                while True:
-                    if isinstance(item, Answer):
-                        self._observe(item)
-                        for final in api.final_chunks(item, request_id, created,
-                                                      body.include_usage()):  # fmt: skip
-                            yield _sse(final)
-                        yield _sse("[DONE]")
-                        return
+                while not isinstance(item, Answer):
                     yield _sse(api.chunk(request_id, created, {"content": item}))
                     item = await anext(stream)
+                answer = item
+                self._observe(answer)
+                cost = self._account(key, answer, grants)
+                for final in api.final_chunks(answer, request_id, created,
+                                              body.include_usage(), cost):  # fmt: skip
+                    yield _sse(final)
+                yield _sse("[DONE]")
             except GroundedError as exc:
                 yield _sse(api.error_body(exc))
             finally:
-                admission.__exit__(None, None, None)
-                await stream.aclose()
+                await stream.aclose()  # settles the budget lease if the client went away
+                if answer is None:
+                    self._account(key, None, grants)
 
         return StreamingResponse(
             events(), media_type="text/event-stream",

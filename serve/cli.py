@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from index.errors import GroundedError
+from index.errors import GroundedError, InvalidRequestError
 from index.pipeline import IngestResult, discover
 from index.service import IndexService
 from serve.config import AppConfig, load_config
@@ -535,8 +535,12 @@ app.add_typer(keys_app, name="keys")
 def _key_row(key) -> dict:
     return {
         "id": key.id, "tenant": key.tenant, "scopes": list(key.scopes), "name": key.name,
-        "created_at": key.created_at, "revoked_at": key.revoked_at,
+        "created_at": key.created_at, "revoked_at": key.revoked_at, "budget": key.budget or {},
     }  # fmt: skip
+
+
+def _limits_text(limits: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (limits or {}).items()) or "-"
 
 
 @keys_app.command("create")
@@ -571,11 +575,54 @@ def keys_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json({"keys": [_key_row(k) for k in keys]})
         return
-    table = _table("id", "tenant", "scopes", "name", "state")
+    table = _table("id", "tenant", "scopes", "name", "state", "own budget")
     for key in keys:
         state = "active" if key.active else "revoked"
-        table.add_row(key.id, key.tenant, ",".join(key.scopes), key.name, state)
+        table.add_row(key.id, key.tenant, ",".join(key.scopes), key.name, state,
+                      _limits_text(key.budget))  # fmt: skip
     out.print(table)
+
+
+LimitOpt = Annotated[int | None, typer.Option(min=1)]
+
+
+@keys_app.command("budget")
+def keys_budget(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_...), from `keys list`.")],
+    max_prompt_tokens: LimitOpt = None,
+    max_completion_tokens: LimitOpt = None,
+    tokens_per_minute: LimitOpt = None,
+    tokens_per_day: LimitOpt = None,
+    max_concurrent: LimitOpt = None,
+    clear: Annotated[bool, typer.Option(help="Remove the key's own limits first.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a key's own limits (they apply on top of its tenant's budget from the config);
+    the limits not given are kept. The running appliance applies them from the next request."""
+    from serve.budgets import Budget
+    from serve.keys import KeyStore
+
+    store = KeyStore(ctx.obj.config.data_dir)
+    given = {
+        "max_prompt_tokens": max_prompt_tokens, "max_completion_tokens": max_completion_tokens,
+        "tokens_per_minute": tokens_per_minute, "tokens_per_day": tokens_per_day,
+        "max_concurrent": max_concurrent,
+    }  # fmt: skip
+    given = {name: value for name, value in given.items() if value is not None}
+    if not given and not clear:
+        _fail(InvalidRequestError("give a limit (--tokens-per-minute N, ...) or --clear"))
+
+    def update():
+        current = next((k for k in store.list() if k.id == key_id), None)
+        kept = {} if clear or current is None else (current.budget or {})
+        return store.set_budget(key_id, Budget(**{**kept, **given}))
+
+    key = _run(update)
+    if as_json:
+        _print_json(_key_row(key))
+        return
+    out.print(f"{key.id}: own budget {_limits_text(key.budget)}")
 
 
 @keys_app.command("revoke")
@@ -592,6 +639,69 @@ def keys_revoke(
         _print_json(_key_row(key))
         return
     out.print(f"{key.id} revoked")
+
+
+def parse_since(text: str, now: float) -> float:
+    """``30m``, ``24h``, ``7d`` (ago), or an ISO 8601 date or time (UTC unless it says)."""
+    import datetime as dt
+    import re
+
+    if match := re.fullmatch(r"\s*(\d+)\s*([mhd])\s*", text):
+        amount, unit = int(match[1]), match[2]
+        return now - amount * {"m": 60, "h": 3600, "d": 86_400}[unit]
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidRequestError(
+            f"--since {text!r}: use a duration (30m, 24h, 7d) or an ISO date or time "
+            "(2026-11-29, 2026-11-29T08:00, 2026-11-29T08:00+01:00)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
+
+
+@app.command()
+def usage(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="30m, 24h, 7d, or an ISO date/time (UTC); default: all.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Requests, tokens (prompt, cached, completion), abstentions, refusals by reason and the
+    estimated cost, per tenant and key, from the appliance's usage ledger."""
+    import time
+
+    from serve.budgets import Ledger
+
+    config: AppConfig = ctx.obj.config
+    start = _run(lambda: parse_since(since, time.time())) if since else None
+    if not (config.data_dir / "usage.sqlite").exists():
+        rows = []
+    else:
+        ledger = Ledger(config.data_dir, config.budgets)
+        try:
+            rows = ledger.usage(tenant, start)
+        finally:
+            ledger.close()
+    currency = config.budgets.prices.currency
+    if as_json:
+        _print_json({"since": start, "currency": currency,
+                     "usage": [dataclasses.asdict(r) for r in rows]})  # fmt: skip
+        return
+    if not rows:
+        err.print("no requests recorded" + (f" since {since}" if since else ""))
+        return
+    table = _table("tenant", "key", "requests", "answered", "abstained", "refused", "prompt",
+                   "cached", "completion", f"cost ({currency})", whole=("key",))  # fmt: skip
+    for r in rows:
+        refused = ", ".join(f"{n} {reason}" for reason, n in r.refused.items()) or "0"
+        table.add_row(r.tenant, r.key_id, str(r.requests), str(r.answered), str(r.abstained),
+                      refused, str(r.prompt_tokens), str(r.cached_tokens),
+                      str(r.completion_tokens), f"{r.cost:.6f}")  # fmt: skip
+    out.print(table)
 
 
 @app.command()

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from index.config import IndexConfig
 from index.errors import ConfigError
+from serve.budgets import BudgetsConfig
 from serve.generator import GeneratorConfig
 from serve.query.pipeline import QueryConfig
 from serve.tracing import TracingConfig
@@ -57,8 +58,11 @@ class ServeConfig(BaseModel):
     port: int = Field(8000, ge=1, le=65535)
     metrics_port: int = Field(8080, ge=1, le=65535)
     dashboard_port: int = Field(8265, ge=1, le=65535)
-    max_queued_generations: int = Field(
-        32, ge=1, description="Generations in flight per ingress replica; 429 beyond."
+    generation_slots: int = Field(
+        16, ge=1, description="Generations sent to the engine at once, per ingress replica."
+    )
+    queue_per_tenant: int = Field(
+        16, ge=0, description="Requests of one tenant waiting for a slot; 429 beyond."
     )
     shards_per_replica: int = Field(16, ge=1, description="Tenant shards kept open (LRU).")
     embed_cache_size: int = Field(4096, ge=0, description="Query embeddings kept (LRU).")
@@ -92,6 +96,7 @@ class AppConfig(BaseSettings):
     query: QueryConfig = QueryConfig()
     generator: GeneratorConfig = GeneratorConfig()
     serve: ServeConfig = ServeConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
 
     @classmethod
     def settings_customise_sources(

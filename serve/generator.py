@@ -107,7 +107,13 @@ class Generator(Protocol):
     def render(self, messages: list[dict[str, str]]) -> list[int]: ...
 
     def stream(
-        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
+        self,
+        token_ids: list[int],
+        *,
+        max_tokens: int,
+        cache_salt: str,
+        request_id: str = "",
+        priority: int = 0,
     ) -> AsyncIterator[GenerationChunk]: ...
 
     async def next_token_logprobs(
@@ -215,9 +221,16 @@ class VllmGenerator:
         return self._tokenizer.render(messages)
 
     async def stream(
-        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
+        self,
+        token_ids: list[int],
+        *,
+        max_tokens: int,
+        cache_salt: str,
+        request_id: str = "",
+        priority: int = 0,
     ) -> AsyncIterator[GenerationChunk]:
-        """Token deltas; aborts the request in the engine if the consumer stops early."""
+        """Token deltas; aborts the request in the engine if the consumer stops early.
+        ``priority`` (lower first) matters when the engine's scheduling_policy is priority."""
         from vllm import SamplingParams
         from vllm.inputs.engine import tokens_input
         from vllm.sampling_params import RequestOutputKind
@@ -233,7 +246,9 @@ class VllmGenerator:
         completion = 0
         finished = False
         try:
-            async for output in self._engine.generate(prompt, params, request_id):
+            async for output in self._engine.generate(
+                prompt, params, request_id, priority=priority
+            ):
                 delta = output.outputs[0]
                 completion += len(delta.token_ids)
                 finished = output.finished

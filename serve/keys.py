@@ -22,6 +22,7 @@ from pathlib import Path
 
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
+from serve.budgets import Budget
 
 SCOPES = ("query", "ingest", "admin")
 DEFAULT_SCOPES = ("query", "ingest")
@@ -37,10 +38,15 @@ class ApiKey:
     name: str = ""
     created_at: float = 0.0
     revoked_at: float | None = None
+    budget: dict[str, int] | None = None  # this key's own limits (serve/budgets.py Budget)
 
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def limits(self) -> Budget:
+        return Budget(**(self.budget or {}))
 
     def require(self, scope: str) -> None:
         """``admin`` grants every scope of its tenant."""
@@ -123,6 +129,19 @@ class KeyStore:
         with self._locked():
             self._write([*self._read(), key])
         return key, secret
+
+    def set_budget(self, key_id: str, budget: Budget) -> ApiKey:
+        """Replace a key's own limits (an empty Budget removes them); the appliance picks the
+        change up on its next request."""
+        limits = budget.model_dump(exclude_none=True) or None
+        with self._locked():
+            keys = self._read()
+            for index, key in enumerate(keys):
+                if key.id == key_id:
+                    keys[index] = replace(key, budget=limits)
+                    self._write(keys)
+                    return keys[index]
+        raise InvalidRequestError(f"no API key with id {key_id!r}; see `grounded keys list`")
 
     def revoke(self, key_id: str) -> ApiKey:
         with self._locked():

@@ -53,6 +53,20 @@ class Metrics:
             "grounded_shard_chunks", "Chunks in each loaded tenant shard.", ("tenant",)
         )
         self.shards_loaded = Gauge("grounded_shards_loaded", "Tenant shards open in a replica.")
+        self.tenant_requests = Counter(
+            "grounded_tenant_requests_total",
+            "Chat requests per tenant and key by outcome (answered, abstained, cancelled, "
+            "refused) and refusal reason (the budget or the queue).",
+            ("tenant", "key", "outcome", "reason"),
+        )
+        self.tenant_tokens = Counter(
+            "grounded_tenant_tokens_total", "Generator tokens per tenant and key.",
+            ("tenant", "key", "kind"),
+        )  # fmt: skip
+        self.tenant_cost = Counter(
+            "grounded_tenant_cost_total", "Estimated cost (configured prices) per tenant and key.",
+            ("tenant", "key"),
+        )  # fmt: skip
 
     @staticmethod
     def add(counter, value: float, tags: dict[str, str] | None = None) -> None:

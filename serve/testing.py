@@ -44,9 +44,18 @@ class ScriptedGenerator:
         return token_ids
 
     async def stream(
-        self, token_ids: list[int], *, max_tokens: int, cache_salt: str, request_id: str = ""
+        self,
+        token_ids: list[int],
+        *,
+        max_tokens: int,
+        cache_salt: str,
+        request_id: str = "",
+        priority: int = 0,
     ) -> AsyncIterator[GenerationChunk]:
-        self.calls.append({"tokens": len(token_ids), "max_tokens": max_tokens, "salt": cache_salt})
+        self.calls.append(
+            {"tokens": len(token_ids), "max_tokens": max_tokens, "salt": cache_salt,
+             "priority": priority}
+        )  # fmt: skip
         pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):
             done = index == len(pieces)

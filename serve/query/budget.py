@@ -37,6 +37,7 @@ def plan_budget(
     source_tokens: Sequence[int],
     history_tokens: Sequence[int] = (),
     history_share: float = 0.25,
+    limit_name: str = "this model's maximum context length",
 ) -> BudgetPlan:
     """Decide what goes into the prompt; raises ContextLengthError when nothing sensible fits."""
     if max_tokens <= 0:
@@ -46,7 +47,7 @@ def plan_budget(
     required = system_tokens + question_tokens + max_tokens
     if required > window:
         raise ContextLengthError(
-            f"this model's maximum context length is {window} tokens, but the request needs "
+            f"{limit_name} is {window} tokens, but the request needs "
             f"{required} ({system_tokens} for instructions, {question_tokens} for the question, "
             f"{max_tokens} for the answer); shorten the question or lower max_tokens"
         )

@@ -7,7 +7,8 @@ Plain Python (no Ray): the appliance's deployments wrap it, and tests run it dir
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -112,6 +113,21 @@ class QueryOptions:
     score_threshold: float | None = None  # on the fused (or single-retriever) score
     rerank: bool | None = None  # None: rerank when a reranker is configured
     gate: bool = True  # False: rank without the evidence gate (retrieval-only search, eval)
+    max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
+
+
+@dataclass(slots=True)
+class Grant:
+    """What admission (budgets, fair queuing) hands the generation: the engine priority, and
+    the usage so far, kept current as tokens arrive so that whoever admitted the request can
+    settle it even when the client goes away mid-answer."""
+
+    priority: int = 0
+    usage: Usage = Usage()
+
+
+# Called with the prepared prompt just before the generator; raising refuses the request.
+Admission = Callable[[PreparedPrompt], AbstractAsyncContextManager[Grant]]
 
 
 class QueryPipeline:
@@ -196,19 +212,28 @@ class QueryPipeline:
         count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
         not_found = not_found_message(question)
         max_tokens = max_tokens or DEFAULT_MAX_TOKENS
+        window = self.generator.max_model_len
+        limit_name = "this model's maximum context length"
+        cap = options.max_prompt_tokens
+        if cap is not None and cap + max_tokens < window:
+            window = cap + max_tokens
+            limit_name = (
+                f"your budget (max_prompt_tokens {options.max_prompt_tokens} + max_tokens "
+                f"{max_tokens})"
+            )
         source_tokens = [count(builder.source_block(Source(99, h))) + 2 for h in hits]
         plan = plan_budget(
-            window=self.generator.max_model_len,
+            window=window,
             max_tokens=max_tokens,
             system_tokens=count(builder.system([], not_found)) + MESSAGE_OVERHEAD,
             question_tokens=count(question) + MESSAGE_OVERHEAD,
             source_tokens=source_tokens,
             history_tokens=[count(t.content) + MESSAGE_OVERHEAD for t in history],
             history_share=self.config.history_share,
+            limit_name=limit_name,
         )
         admitted = [hits[i] for i in plan.sources]
         kept = [history[i] for i in plan.history]
-        window = self.generator.max_model_len
         while admitted:  # counts above are per part; the rendered template is the final word
             sources = canonical_order(admitted)
             token_ids = self.generator.render(builder.messages(sources, kept, question, not_found))
@@ -218,7 +243,7 @@ class QueryPipeline:
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
         raise ContextLengthError(
-            f"this model's maximum context length is {window} tokens, but the question with "
+            f"{limit_name} is {window} tokens, but the question with "
             f"one source and {max_tokens} tokens for the answer needs {needed + max_tokens}; "
             "shorten the question or lower max_tokens"
         )
@@ -231,16 +256,19 @@ class QueryPipeline:
         max_tokens: int | None = None,
         request_id: str = "",
         options: QueryOptions = QueryOptions(),
+        admit: Admission | None = None,
     ) -> AsyncIterator[str | Answer]:
         """Checked text deltas as the model writes them, then the final Answer. Invalid
-        citations never appear in the deltas (they are held back until checked)."""
+        citations never appear in the deltas (they are held back until checked). ``admit``,
+        when given, is entered with the prepared prompt right before the generator and left
+        when the generation ends (budgets and fair queuing in the appliance)."""
         root = tracer().start_span(
             "grounded.query",
             attributes={"grounded.request_id": request_id, "grounded.tenant": tenant},
         )
         try:
             async for item in self._stream(root, tenant, question, history, max_tokens,
-                                           request_id, options):  # fmt: skip
+                                           request_id, options, admit):  # fmt: skip
                 if isinstance(item, Answer):
                     root.set_attribute("grounded.abstained", item.abstained)
                     root.set_attribute("grounded.completion_tokens", item.usage.completion_tokens)
@@ -248,7 +276,9 @@ class QueryPipeline:
         finally:
             root.end()
 
-    async def _stream(self, root, tenant, question, history, max_tokens, request_id, options):
+    async def _stream(
+        self, root, tenant, question, history, max_tokens, request_id, options, admit
+    ):  # fmt: skip
         started = time.perf_counter()
         watch = Stopwatch(root)
         prepared = await self.prepare(tenant, question, history, max_tokens, options, watch)
@@ -257,37 +287,42 @@ class QueryPipeline:
             yield text
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
             return
-        timings = dict(prepared.timings)
-        generating = time.perf_counter()
-        span = tracer().start_span("grounded.generate", watch.context)
         citations = CitationFilter(prepared.sources)
         parts: list[str] = []
         last: GenerationChunk | None = None
-        try:
-            async for chunk in self.generator.stream(
-                prepared.token_ids,
-                max_tokens=prepared.max_tokens,
-                cache_salt=prepared.cache_salt,
-                request_id=request_id,
-            ):
-                if last is None:
-                    timings["first_token"] = _since(generating)
-                    span.add_event("first_token")
-                parts.append(chunk.text)
-                last = chunk
-                if delta := citations.feed(chunk.text):
-                    yield delta
-        finally:
-            span.end()
+        async with admit(prepared) if admit else nullcontext(Grant()) as grant:
+            if admit:
+                watch.lap("admission")
+            timings = dict(watch.timings)
+            generating = time.perf_counter()
+            span = tracer().start_span("grounded.generate", watch.context)
+            try:
+                async for chunk in self.generator.stream(
+                    prepared.token_ids,
+                    max_tokens=prepared.max_tokens,
+                    cache_salt=prepared.cache_salt,
+                    request_id=request_id,
+                    priority=grant.priority,
+                ):
+                    if last is None:
+                        timings["first_token"] = _since(generating)
+                        span.add_event("first_token")
+                    parts.append(chunk.text)
+                    last = chunk
+                    grant.usage = Usage(
+                        chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
+                    )
+                    if delta := citations.feed(chunk.text):
+                        yield delta
+            finally:
+                span.end()
         if rest := citations.flush():
             yield rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)
         checked = check_citations("".join(parts), prepared.sources)
         abstained = is_not_found(checked.text)  # the model found no answer in the sources
-        usage = Usage()
-        if last is not None:
-            usage = Usage(last.prompt_tokens, last.cached_tokens, last.completion_tokens)
+        usage = grant.usage
         yield Answer(
             text=checked.text.strip(),
             cited=() if abstained else checked.cited,
@@ -308,8 +343,11 @@ class QueryPipeline:
         max_tokens: int | None = None,
         request_id: str = "",
         options: QueryOptions = QueryOptions(),
+        admit: Admission | None = None,
     ) -> Answer:
-        async for item in self.stream(tenant, question, history, max_tokens, request_id, options):
+        async for item in self.stream(
+            tenant, question, history, max_tokens, request_id, options, admit
+        ):
             if isinstance(item, Answer):
                 return item
         raise AssertionError("QueryPipeline.stream ended without an Answer")

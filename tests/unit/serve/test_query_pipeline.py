@@ -183,3 +183,55 @@ def test_a_model_that_says_not_found_is_an_abstention_without_citations(service)
         QueryPipeline(LocalSearcher(service), generator, QueryConfig()), "acme", "annual leave days"
     )
     assert answer.abstained and answer.cited == () and answer.sources
+
+
+def test_admission_sees_the_prompt_sets_the_priority_and_settles_the_usage(service):
+    from contextlib import asynccontextmanager
+
+    from serve.query.pipeline import Grant
+
+    generator, seen, settled = ScriptedGenerator("Annual leave is 27 days [1]."), [], []
+
+    @asynccontextmanager
+    async def admit(prepared):
+        seen.append((len(prepared.token_ids), prepared.max_tokens))
+        grant = Grant(priority=3)
+        yield grant
+        settled.append(grant.usage)
+
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
+    answer = run(pipeline, "acme", "annual leave days", max_tokens=40, admit=admit)
+    assert seen == [(generator.calls[0]["tokens"], 40)]
+    assert generator.calls[0]["priority"] == 3
+    assert settled == [answer.usage] and answer.usage.completion_tokens > 0
+    assert "admission" in answer.timings
+
+
+def test_a_refused_admission_never_reaches_the_generator_and_the_gate_needs_none(service):
+    from index.errors import RateLimitError
+
+    def refuse(prepared):
+        raise RateLimitError("over budget", reason="tokens_per_minute")
+
+    generator = ScriptedGenerator("unused")
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
+    with pytest.raises(RateLimitError, match="over budget"):
+        run(pipeline, "acme", "annual leave days", admit=refuse)
+    # nothing passes the gate: an abstention, not a generation, so admission is not asked
+    strict = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.9))
+    assert run(strict, "acme", "annual leave days", admit=refuse).abstained
+    assert generator.calls == []
+
+
+def test_a_prompt_budget_trims_sources_and_names_itself_when_nothing_fits(service):
+    generator = ScriptedGenerator("ok")  # a token per word: the counts below are exact
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
+    question = "annual leave days and the pump oil"
+    assert len(run(pipeline, "acme", question, max_tokens=10).sources) == 2
+    full = generator.calls[-1]["tokens"]
+    capped = run(pipeline, "acme", question, max_tokens=10,
+                 options=QueryOptions(max_prompt_tokens=150))  # fmt: skip
+    assert len(capped.sources) == 1 and generator.calls[-1]["tokens"] <= 150 < full + 10
+    with pytest.raises(ContextLengthError, match=r"your budget \(max_prompt_tokens 20 \+"):
+        run(pipeline, "acme", question, max_tokens=10,
+            options=QueryOptions(max_prompt_tokens=20))  # fmt: skip
