@@ -19,6 +19,8 @@ from tests.conftest import CORPUS
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MINUTE_BUDGET, DAY_BUDGET = 2000, 3000
+QUESTION = [{"role": "user", "content": "How many days of annual leave do employees get?"}]
 
 
 def free_port() -> int:
@@ -43,31 +45,39 @@ def appliance(tmp_path_factory):
     config = load_config(
         None,
         data_dir=root / "data",
-        generator={"model": str(model), "max_model_len": 2048, "max_tokens": 16,
+        generator={"model": str(model), "max_model_len": 4096, "max_tokens": 16,
                    "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
-                                     "kv_cache_memory_bytes": 256 * 2**20}},
+                                     "kv_cache_memory_bytes": 256 * 2**20,
+                                     "scheduling_policy": "priority"}},
         serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
-               "max_queued_generations": 2,
+               "generation_slots": 1, "queue_per_tenant": 1,
                "deployments": {name: fractional
                                for name in ("ingress", "embedder", "shards", "generator")}},
+        budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
+                             "hooli": {"tokens_per_day": DAY_BUDGET}},
+                 "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,
+                            "completion_per_million": 4.0}},
     )  # fmt: skip
     keys = KeyStore(config.data_dir)
     secrets = {
         "acme": keys.create("acme", ["query", "ingest"])[1],
         "globex": keys.create("globex", ["query", "ingest"])[1],
         "acme-read": keys.create("acme", ["query"])[1],
+        "acme-metered": keys.create("acme", ["query"], name="metered")[1],
+        "initech": keys.create("initech", ["query", "ingest"])[1],
+        "hooli": keys.create("hooli", ["query", "ingest"])[1],
     }
     from serve import up
 
     running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
     try:
-        yield running, secrets
+        yield running, secrets, config
     finally:
         running.stop()
 
 
 def client(appliance, tenant: str) -> openai.OpenAI:
-    running, secrets = appliance
+    running, secrets, _ = appliance
     return openai.OpenAI(base_url=running.api_url, api_key=secrets[tenant], max_retries=0)
 
 
@@ -172,7 +182,7 @@ def test_tenants_never_see_each_other(appliance, uploaded):
 
 
 def test_unknown_key_is_401_and_scope_is_403(appliance):
-    running, _ = appliance
+    running, _, _ = appliance
     stranger = openai.OpenAI(base_url=running.api_url, api_key="gk-nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.models.list()
@@ -228,7 +238,7 @@ def test_eval_runs_against_the_appliance_through_the_api(appliance, uploaded, tm
     from serve.cli import app
     from tests.conftest import REPO
 
-    running, secrets = appliance
+    running, secrets, _ = appliance
     result = CliRunner().invoke(app, [
         "--data-dir", str(tmp_path), "eval", "-t", "acme", str(REPO / "samples/eval/acme.jsonl"),
         "--url", running.api_url, "--api-key", secrets["acme"], "--limit", "3", "--json",
@@ -242,7 +252,7 @@ def test_eval_runs_against_the_appliance_through_the_api(appliance, uploaded, tm
 def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
     import time
 
-    running, _ = appliance
+    running, _, _ = appliance
     wanted = ("grounded_requests_total", "grounded_stage_seconds", "grounded_tokens_total",
               "grounded_vllm_kv_cache_usage", "grounded_vllm_prefix_cache_queries_total",
               "grounded_shard_chunks")  # fmt: skip
@@ -267,29 +277,140 @@ def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
     assert total("grounded_shard_chunks") > 0
 
 
-def test_a_full_generator_queue_is_429_with_retry_after(appliance, uploaded):
-    """Last in the module: two held streams fill the queue (serve.max_queued_generations: 2)."""
+def test_usage_accounting_equals_the_usage_the_api_returned(appliance, uploaded):
+    import json
+
+    from typer.testing import CliRunner
+
+    from serve.cli import app
+
+    _, _, config = appliance
+    metered = client(appliance, "acme-metered")
+    question = QUESTION
+    plain = metered.chat.completions.create(model="grounded", messages=question, max_tokens=8)
+    streamed = list(metered.chat.completions.create(
+        model="grounded", messages=question, max_tokens=8, stream=True,
+        stream_options={"include_usage": True},
+    ))  # fmt: skip
+    usages = [plain.usage, streamed[-1].usage]
+    costs = [plain.model_extra["grounded"]["cost"],
+             streamed[-2].model_extra["grounded"]["cost"]]  # fmt: skip
+    assert all(c["currency"] == "USD" and c["amount"] > 0 for c in costs)
+    key_id = next(k.id for k in KeyStore(config.data_dir).list() if k.name == "metered")
+    shown = CliRunner().invoke(app, ["--data-dir", str(config.data_dir), "usage",
+                                     "--tenant", "acme", "--since", "1h", "--json"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    row = next(r for r in json.loads(shown.stdout)["usage"] if r["key_id"] == key_id)
+    assert row["requests"] == row["answered"] + row["abstained"] == 2
+    assert row["prompt_tokens"] == sum(u.prompt_tokens for u in usages)
+    assert row["cached_tokens"] == sum(u.prompt_tokens_details.cached_tokens for u in usages)
+    assert row["completion_tokens"] == sum(u.completion_tokens for u in usages)
+    assert row["cost"] == pytest.approx(sum(c["amount"] for c in costs), rel=1e-6)
+
+
+def upload_handbook(api: openai.OpenAI) -> None:
+    with (CORPUS / "acme" / "employee-handbook.md").open("rb") as handle:
+        api.files.create(file=("handbook.md", handle.read()), purpose="assistants")
+
+
+def wait_for_a_fresh_minute(margin_s: float = 40) -> None:
+    """The minute windows are fixed (UTC): start a multi-request check early in a minute."""
+    import time
+
+    if time.time() % 60 > 60 - margin_s:
+        time.sleep(60 - time.time() % 60 + 0.5)
+
+
+def test_a_tenant_over_its_minute_budget_is_429_while_another_is_served(appliance, uploaded):
+    initech, acme = client(appliance, "initech"), client(appliance, "acme")
+    upload_handbook(initech)
+    question = QUESTION
+    wait_for_a_fresh_minute()
+    probe = initech.chat.completions.create(model="grounded", messages=question, max_tokens=1)
+    prompt = probe.usage.prompt_tokens  # this question's prompt, the same every time
+    # Reserve (prompt + max_tokens) so that the minute is nearly spent, then ask again.
+    max_tokens = MINUTE_BUDGET - probe.usage.total_tokens - prompt - 5
+    assert max_tokens > 0, f"the prompt ({prompt} tokens) is too long for this test's budget"
+    initech.chat.completions.create(model="grounded", messages=question, max_tokens=max_tokens)
+    with pytest.raises(openai.RateLimitError) as refused:
+        initech.chat.completions.create(model="grounded", messages=question, max_tokens=max_tokens)
+    response = refused.value.response
+    assert 1 <= int(response.headers["retry-after"]) <= 60
+    error = response.json()["error"]
+    assert error["type"] == "rate_limit_exceeded"
+    assert f"tokens_per_minute budget of {MINUTE_BUDGET} tokens" in error["message"]
+    served = acme.chat.completions.create(model="grounded", messages=question, max_tokens=4)
+    assert served.usage.completion_tokens > 0  # another tenant is not affected
+    with pytest.raises(openai.BadRequestError, match="whole budget tokens_per_minute"):
+        initech.chat.completions.create(
+            model="grounded", messages=question, max_tokens=MINUTE_BUDGET + 1
+        )
+
+
+def test_a_quiet_tenant_is_served_before_a_busy_tenants_queue(appliance, uploaded):
+    """generation_slots 1, queue_per_tenant 1: acme holds the slot and queues one more; a
+    third acme request is 429; globex, arriving last, gets the slot before acme's queued one."""
+    import threading
     import time
 
     import httpx
 
-    running, secrets = appliance
-    headers = {"Authorization": f"Bearer {secrets['acme']}"}
+    running, secrets, _ = appliance
     body = {"model": "grounded", "stream": True, "max_tokens": 1000,
             "messages": [{"role": "user", "content": "annual leave days"}]}  # fmt: skip
-    with httpx.Client(base_url=running.api_url, headers=headers, timeout=120) as http:
-        with http.stream("POST", "/chat/completions", json=body) as first, \
-                http.stream("POST", "/chat/completions", json=body) as second:  # fmt: skip
-            assert first.status_code == second.status_code == 200
-            refused = http.post("/chat/completions", json={**body, "stream": False})
-            assert refused.status_code == 429
-            assert int(refused.headers["retry-after"]) >= 1
-            assert "queue is full" in refused.json()["error"]["message"]
-        deadline = time.monotonic() + 60  # the held streams release their slots when closed
-        while http.get("/models").status_code == 200:
-            answer = http.post("/chat/completions", json={**body, "stream": False,
-                                                          "max_tokens": 4})  # fmt: skip
-            if answer.status_code == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert answer.status_code == 200
+    first_delta: dict[str, float] = {}
+
+    def ask(name: str, tenant: str) -> None:
+        headers = {"Authorization": f"Bearer {secrets[tenant]}"}
+        with httpx.Client(base_url=running.api_url, headers=headers, timeout=300) as http, \
+                http.stream("POST", "/chat/completions", json=body) as response:  # fmt: skip
+            for line in response.iter_lines():
+                if '"content"' in line and name not in first_delta:
+                    first_delta[name] = time.monotonic()
+
+    holder = threading.Thread(target=ask, args=("acme-1", "acme"))
+    holder.start()
+    while "acme-1" not in first_delta:  # acme's first request is generating
+        time.sleep(0.05)
+    queued = threading.Thread(target=ask, args=("acme-2", "acme"))
+    queued.start()
+    time.sleep(0.5)
+    headers = {"Authorization": f"Bearer {secrets['acme']}"}
+    refused = httpx.post(f"{running.api_url}/chat/completions", headers=headers,
+                         json={**body, "stream": False}, timeout=60)  # fmt: skip
+    quiet = threading.Thread(target=ask, args=("globex", "globex"))
+    quiet.start()
+    for thread in (holder, queued, quiet):
+        thread.join(timeout=300)
+    assert refused.status_code == 429, refused.text
+    assert "1 requests waiting" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) >= 1
+    assert first_delta["acme-1"] < first_delta["globex"] < first_delta["acme-2"]
+
+
+def test_budgets_and_usage_survive_a_restart_of_the_appliance(appliance, uploaded):
+    """Last in the module: the application is stopped and started again on the same data."""
+    from ray import serve
+
+    from serve import up
+    from serve.budgets import Ledger
+
+    _, _, config = appliance
+    hooli = client(appliance, "hooli")  # tokens_per_day: DAY_BUDGET
+    upload_handbook(hooli)
+    first = hooli.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=1)
+    used, prompt = first.usage.total_tokens, first.usage.prompt_tokens
+    ledger = Ledger(config.data_dir, config.budgets)
+    before = {(r.tenant, r.key_id): r for r in ledger.usage()}
+    serve.delete(up.APP_NAME)
+    up.start(config, dashboard=False, timeout_s=300)
+    assert {(r.tenant, r.key_id): r for r in ledger.usage()} == before
+    ledger.close()
+    # prompt + max_tokens = DAY_BUDGET - prompt: admitted only if the first request were forgotten
+    with pytest.raises(openai.RateLimitError) as refused:
+        hooli.chat.completions.create(
+            model="grounded", messages=QUESTION, max_tokens=DAY_BUDGET - 2 * prompt
+        )
+    message = refused.value.response.json()["error"]["message"]
+    assert f"has used {used} of its tokens_per_day budget of {DAY_BUDGET}" in message
+    assert int(refused.value.response.headers["retry-after"]) <= 86_400
