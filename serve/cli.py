@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -639,6 +640,26 @@ def keys_revoke(
         _print_json(_key_row(key))
         return
     out.print(f"{key.id} revoked")
+
+
+@app.command("check-config")
+def check_config(
+    path: Annotated[
+        Path, typer.Argument(help="configs/cpu.yaml, configs/gpu.yaml, configs/serve.yaml, ...")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a config file and print the configuration it resolves to (defaults included,
+    environment overrides applied), or the fields that are wrong and what they allow."""
+    from serve.config import check_file
+
+    resolved = _run(lambda: check_file(path))
+    if as_json:
+        _print_json(resolved)
+        return
+    out.print(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), end="",
+              markup=False, highlight=False)  # fmt: skip
+    err.print(f"{path}: valid")
 
 
 def parse_since(text: str, now: float) -> float:

@@ -153,3 +153,33 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
         except ValidationError as exc:
             raise ConfigError(f"invalid override of {key}:\n{_describe(exc)}") from exc
     return config.model_copy(update=validated) if validated else config
+
+
+def check_file(path: Path) -> dict[str, Any]:
+    """Validate any Grounded config file and return what it resolves to: a Grounded config
+    (cpu.yaml, gpu.yaml: the full AppConfig with defaults), or a Ray Serve deploy file
+    (serve.yaml: Ray's schema, then the Grounded config each application names). Raises
+    ConfigError naming the field."""
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if isinstance(loaded, dict) and "applications" in loaded:
+        from ray.serve.schema import ServeDeploySchema
+
+        try:
+            deploy = ServeDeploySchema.model_validate(loaded)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid Serve deploy file {path}:\n{_describe(exc)}") from exc
+        resolved = deploy.model_dump(mode="json", exclude_unset=True)
+        for app, application in zip(resolved["applications"], deploy.applications, strict=True):
+            named = (application.args or {}).get("config")
+            if named is not None:
+                candidates = [Path(named), path.parent.parent / named, path.parent / named]
+                found = next((c for c in candidates if c.is_file()), Path(named))
+                app["args"]["config"] = load_config(found).model_dump(mode="json")
+        return resolved
+    return load_config(path).model_dump(mode="json")
