@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TOOLS := $(VENV)/.tools
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATA_DIR ?= data/demo
 
 export HF_HUB_OFFLINE := 1
@@ -12,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup test test-unit lint format demo bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(TOOLS)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +25,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec triton
 	$(BIN)/python -c "import transformers, faiss, sentence_transformers, vllm"
 	touch $(STAMP)
+
+# System tools the tests use: a real Prometheus server (Debian package) for the metrics test.
+$(TOOLS): $(STAMP)
+	command -v prometheus >/dev/null || { $(SUDO) apt-get update && \
+		$(SUDO) apt-get install -y --no-install-recommends prometheus; }
+	touch $(TOOLS)
 
 test: setup
 	$(BIN)/ruff check .

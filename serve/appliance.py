@@ -211,6 +211,16 @@ class Shards:
         shard = await self._shard()
         return await asyncio.to_thread(shard.list_documents)
 
+    async def placement(self) -> dict[str, Any]:
+        """Where the calling tenant's shard is served: this replica's Ray node and the tenants
+        it holds open (for operators and the multi-node test)."""
+        import ray
+
+        await self._shard()
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "replica": serve.get_replica_context()
+                .replica_id.unique_id, "tenants": sorted(self.loaded)}  # fmt: skip
+
     async def file(self, doc_id: str):
         shard = await self._shard()
         return await asyncio.to_thread(shard.get_document, doc_id)
@@ -687,6 +697,8 @@ class Ingress:
 def _options(config: AppConfig, name: str, **extra) -> dict[str, Any]:
     options = config.serve.options(name)
     actor = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus}
+    if options.resources:
+        actor["resources"] = dict(options.resources)
     if extra.get("runtime_env"):
         actor["runtime_env"] = extra.pop("runtime_env")
     return {

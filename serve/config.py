@@ -8,7 +8,7 @@ file, then defaults. Errors name the field and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -40,6 +40,10 @@ class DeploymentOptions(BaseModel):
     num_cpus: float = Field(0.25, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     max_ongoing_requests: int = Field(64, ge=1)
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources, to pin replicas to nodes that declare them.",
+    )
 
 
 def _deployments() -> dict[str, DeploymentOptions]:
@@ -58,6 +62,9 @@ class ServeConfig(BaseModel):
     port: int = Field(8000, ge=1, le=65535)
     metrics_port: int = Field(8080, ge=1, le=65535)
     dashboard_port: int = Field(8265, ge=1, le=65535)
+    proxy_location: Literal["HeadOnly", "EveryNode"] = Field(
+        "HeadOnly", description="Serve's HTTP proxies: on the head only, or on every node."
+    )
     generation_slots: int = Field(
         16, ge=1, description="Generations sent to the engine at once, per ingress replica."
     )

@@ -72,7 +72,10 @@ def start(
                 options["dashboard_host"] = settings.host
                 options["dashboard_port"] = settings.dashboard_port
         ray.init(**options)
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(
+        proxy_location=settings.proxy_location,
+        http_options={"host": settings.host, "port": settings.port},
+    )
     serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
     api_url = f"http://{settings.host}:{settings.port}"
     _wait_healthy(f"{api_url}/health", timeout_s)

@@ -277,6 +277,69 @@ def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
     assert total("grounded_shard_chunks") > 0
 
 
+def test_a_real_prometheus_scrapes_latency_and_kv_cache_series(appliance, uploaded, tmp_path):
+    """configs/prometheus.yml, pointed at this appliance's metrics port, in a real Prometheus
+    server (the Debian package `make setup` installs); read back through its HTTP query API."""
+    import json
+    import shutil
+    import subprocess
+    import time
+    import urllib.parse
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    if shutil.which("prometheus") is None:
+        pytest.fail("prometheus is not installed: `make setup` installs the Debian package")
+    shipped = REPO / "configs" / "prometheus.yml"
+    subprocess.run(["promtool", "check", "config", str(shipped)], check=True,
+                   capture_output=True)  # fmt: skip
+    _, _, config = appliance
+    spec = yaml.safe_load(shipped.read_text())
+    spec["global"]["scrape_interval"] = "1s"
+    spec["scrape_configs"][0]["static_configs"][0]["targets"] = [
+        f"127.0.0.1:{config.serve.metrics_port}"
+    ]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(spec))
+    port = free_port()
+    server = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def query(expr: str) -> list:
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    latency = ('histogram_quantile(0.5, sum by (le) '
+               '(rate(ray_grounded_stage_seconds_bucket{stage="total"}[1m])))')  # fmt: skip
+    try:
+        acme = client(appliance, "acme")
+        deadline, found = time.monotonic() + 90, {}
+        while time.monotonic() < deadline and len(found) < 2:
+            acme.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=4)
+            time.sleep(2)
+            try:
+                for name, expr in (("latency", latency),
+                                   ("kv", "ray_grounded_vllm_kv_cache_usage")):  # fmt: skip
+                    if result := query(expr):
+                        found[name] = float(result[0]["value"][1])
+            except OSError:  # Prometheus still starting
+                continue
+        assert set(found) == {"latency", "kv"}, found
+        assert found["latency"] > 0 and 0 <= found["kv"] <= 1
+        [up_series] = query("up")
+        assert up_series["value"][1] == "1"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def test_usage_accounting_equals_the_usage_the_api_returned(appliance, uploaded):
     import json
 

@@ -1,0 +1,116 @@
+"""Scale-out on a Ray cluster of several nodes, simulated on one machine with Ray's cluster
+utilities (each node its own raylet with its own resources). The data directory stands for the
+shared volume every node mounts.
+
+Two shard replicas are pinned to two worker nodes (custom resource "shards": 1 each); the
+ingress, embedder and generator stay on the head. Tenants spread over the shard replicas (Serve
+multiplexing sends a new tenant to the replica with the fewest loaded); when a node is removed,
+its tenants are served by the surviving replica, which opens their shard from the shared
+volume."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import openai
+import pytest
+
+from serve.config import load_config
+from serve.keys import KeyStore
+from tests.conftest import CORPUS
+from tests.integration.test_appliance import free_port
+from tests.tiny_model import build_tiny_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+TENANTS = ("acme", "globex")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from ray.cluster_utils import Cluster
+
+    root = tmp_path_factory.mktemp("cluster")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    for name, value in {"VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+                        "VLLM_RPC_BASE_PATH": str(root),
+                        "VLLM_LOGGING_LEVEL": "ERROR"}.items():  # fmt: skip
+        os.environ.setdefault(name, value)
+    model = build_tiny_model(root / "tiny", "\n".join(p.read_text() for p in CORPUS.rglob("*.md")))
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 2, "resources": {"head": 10}})  # fmt: skip
+    workers = [cluster.add_node(num_cpus=1, resources={"shards": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    on_head = {"num_cpus": 0.1, "resources": {"head": 1}, "max_ongoing_requests": 16}
+    config = load_config(
+        None,
+        data_dir=root / "shared-volume",
+        generator={"model": str(model), "max_model_len": 1024, "max_tokens": 4,
+                   "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
+                                     "kv_cache_memory_bytes": 128 * 2**20}},
+        serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
+               "deployments": {"ingress": on_head, "embedder": on_head, "generator": on_head,
+                               "shards": {"num_replicas": 2, "num_cpus": 0.1,
+                                          "resources": {"shards": 1}}}},
+    )  # fmt: skip
+    secrets = {t: KeyStore(config.data_dir).create(t, ["query", "ingest"])[1] for t in TENANTS}
+    from serve import up
+
+    running = up.start(config, address=cluster.address, dashboard=False, timeout_s=300)
+    try:
+        yield cluster, workers, running, secrets
+    finally:
+        import ray
+
+        running.stop()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def placement(tenant: str) -> dict:
+    from ray import serve
+
+    from serve.up import APP_NAME
+
+    handle = serve.get_deployment_handle("Shards", app_name=APP_NAME)
+    return handle.options(multiplexed_model_id=tenant).placement.remote().result(timeout_s=60)
+
+
+def test_tenants_are_served_from_shard_replicas_on_different_nodes(cluster):
+    _, workers, running, secrets = cluster
+    for tenant in TENANTS:
+        api = openai.OpenAI(base_url=running.api_url, api_key=secrets[tenant], max_retries=0)
+        for path in sorted((CORPUS / tenant).iterdir()):
+            api.files.create(file=(path.name, path.read_bytes()), purpose="assistants")
+        time.sleep(2)  # the replica reports its loaded tenant before the next one arrives
+    nodes = {tenant: placement(tenant)["node_id"] for tenant in TENANTS}
+    worker_ids = {w.node_id for w in workers}
+    assert set(nodes.values()) <= worker_ids
+    assert nodes["acme"] != nodes["globex"], nodes
+
+
+def test_a_tenant_keeps_answering_from_another_replica_when_its_node_is_removed(cluster):
+    ray_cluster, workers, running, secrets = cluster
+    api = openai.OpenAI(base_url=running.api_url, api_key=secrets["acme"], max_retries=0)
+    before = api.vector_stores.search("acme", query="annual leave days")
+    assert before.data
+    node_id = placement("acme")["node_id"]
+    [lost] = [w for w in workers if w.node_id == node_id]
+    ray_cluster.remove_node(lost)
+    deadline, after = time.monotonic() + 120, None
+    while time.monotonic() < deadline:  # until Serve routes around the dead replica
+        try:
+            after = api.vector_stores.search("acme", query="annual leave days")
+            if after.data:
+                break
+        except openai.APIError:
+            pass
+        time.sleep(1)
+    assert after is not None and after.data
+    assert after.data[0].file_id == before.data[0].file_id  # the same shard, from the volume
+    now = placement("acme")
+    assert now["node_id"] != node_id and "acme" in now["tenants"]
+    answer = api.chat.completions.create(
+        model="grounded", messages=[{"role": "user", "content": "annual leave days"}]
+    )
+    assert answer.model_extra["grounded"]["sources"]
