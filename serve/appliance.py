@@ -570,6 +570,10 @@ class Ingress:
         except GroundedError as exc:
             self._refused(key, exc)
             raise
+        except asyncio.CancelledError:  # the client went away; account what was generated
+            if grants:
+                self._account(key, None, grants)
+            raise
         if not body.stream:
             self._observe(first)
             cost = self._account(key, first, grants)

@@ -189,3 +189,40 @@ def test_eval_retrieval_only_on_the_sample_questions(data_dir, ingested, tmp_pat
     bad.write_text('{"question": "ok"}\n{"relevant_files": ["a"]}\n')
     refused = grounded(data_dir, "eval", "-t", "acme", str(bad), code=1)
     assert "bad.jsonl:2: not a valid question (question: Field required)" in refused.output
+
+
+def test_keys_budget_sets_keeps_and_clears_a_keys_own_limits(tmp_path):
+    created = as_json(tmp_path, "keys", "create", "--tenant", "acme", "--name", "batch", "--json")
+    key_id = created["id"]
+    first = as_json(tmp_path, "keys", "budget", key_id, "--tokens-per-minute", "500", "--json")
+    assert first["budget"] == {"tokens_per_minute": 500}
+    both = as_json(tmp_path, "keys", "budget", key_id, "--max-concurrent", "2", "--json")
+    assert both["budget"] == {"tokens_per_minute": 500, "max_concurrent": 2}  # kept
+    listed = grounded(tmp_path, "keys", "list")
+    assert "max_concurrent=2" in listed.stdout  # (the table folds at 80 columns)
+    cleared = as_json(tmp_path, "keys", "budget", key_id, "--clear", "--json")
+    assert cleared["budget"] == {}
+    refused = grounded(tmp_path, "keys", "budget", key_id, code=1)
+    assert "give a limit" in refused.output
+    unknown = grounded(tmp_path, "keys", "budget", "key_nope", "--max-concurrent", "1", code=1)
+    assert "no API key with id 'key_nope'" in unknown.output
+    zero = grounded(tmp_path, "keys", "budget", key_id, "--max-concurrent", "0", code=2)
+    assert "Invalid value for '--max-concurrent'" in zero.output
+
+
+def test_usage_reports_the_ledger_and_refuses_a_bad_since(tmp_path):
+    from serve.budgets import BudgetsConfig, Ledger
+
+    assert "no requests recorded" in grounded(tmp_path, "usage").output
+    ledger = Ledger(tmp_path, BudgetsConfig())
+    ledger.record("acme", "key_a", "answered", prompt=100, cached=40, completion=10)
+    ledger.record("acme", "key_a", "refused", reason="tokens_per_minute")
+    ledger.record("globex", "key_b", "abstained")
+    ledger.close()
+    report = as_json(tmp_path, "usage", "--tenant", "acme", "--since", "1h", "--json")
+    [row] = report["usage"]
+    assert (row["key_id"], row["requests"], row["answered"]) == ("key_a", 2, 1)
+    assert row["refused"] == {"tokens_per_minute": 1} and row["prompt_tokens"] == 100
+    assert "acme" in grounded(tmp_path, "usage").stdout  # the table (folded at 80 columns)
+    bad = grounded(tmp_path, "usage", "--since", "yesterday", code=1)
+    assert "use a duration (30m, 24h, 7d)" in bad.output
