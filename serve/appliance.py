@@ -517,8 +517,8 @@ class Ingress:
         asked = body.answer_tokens()
         if asked is not None and completion_cap is not None and asked > completion_cap:
             raise BudgetTooSmallError(
-                f"max_tokens {asked} is above this key's budget max_completion_tokens "
-                f"= {completion_cap}; ask for at most {completion_cap}",
+                f"max_tokens {asked} is above your budget max_completion_tokens = "
+                f"{completion_cap} (the tenant's or this key's); ask for at most {completion_cap}",
                 reason="max_completion_tokens",
             )
         default = self.config.generator.max_tokens

@@ -410,6 +410,20 @@ def test_a_tenant_over_its_minute_budget_is_429_while_another_is_served(applianc
         )
 
 
+def test_a_keys_own_budget_applies_at_once_and_caps_max_tokens(appliance, uploaded):
+    from serve.budgets import Budget
+
+    running, _, config = appliance
+    store = KeyStore(config.data_dir)  # as `grounded keys create` / `keys budget` would
+    key, secret = store.create("acme", ["query"], name="capped")
+    store.set_budget(key.id, Budget(max_completion_tokens=5))
+    capped = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="max_completion_tokens = 5"):
+        capped.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=6)
+    answer = capped.chat.completions.create(model="grounded", messages=QUESTION)
+    assert 0 < answer.usage.completion_tokens <= 5  # the default max_tokens, capped
+
+
 def test_a_quiet_tenant_is_served_before_a_busy_tenants_queue(appliance, uploaded):
     """generation_slots 1, queue_per_tenant 1: acme holds the slot and queues one more; a
     third acme request is 429; globex, arriving last, gets the slot before acme's queued one."""
