@@ -722,7 +722,7 @@ def generator_env(config: AppConfig) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
     }
     for name in ("VLLM_LOGGING_LEVEL", "VLLM_CACHE_ROOT", "VLLM_RPC_BASE_PATH",
-                 "VLLM_CPU_NUM_OF_RESERVED_CPU"):  # fmt: skip
+                 "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):  # fmt: skip
         if name in os.environ:
             env[name] = os.environ[name]
     return env
