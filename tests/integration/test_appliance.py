@@ -281,6 +281,7 @@ def test_a_real_prometheus_scrapes_latency_and_kv_cache_series(appliance, upload
     """configs/prometheus.yml, pointed at this appliance's metrics port, in a real Prometheus
     server (the Debian package `make setup` installs); read back through its HTTP query API."""
     import json
+    import math
     import shutil
     import subprocess
     import time
@@ -320,15 +321,17 @@ def test_a_real_prometheus_scrapes_latency_and_kv_cache_series(appliance, upload
                '(rate(ray_grounded_stage_seconds_bucket{stage="total"}[1m])))')  # fmt: skip
     try:
         acme = client(appliance, "acme")
-        deadline, found = time.monotonic() + 90, {}
+        deadline, found = time.monotonic() + 120, {}
         while time.monotonic() < deadline and len(found) < 2:
             acme.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=4)
             time.sleep(2)
             try:
                 for name, expr in (("latency", latency),
                                    ("kv", "ray_grounded_vllm_kv_cache_usage")):  # fmt: skip
-                    if result := query(expr):
-                        found[name] = float(result[0]["value"][1])
+                    result = query(expr)
+                    value = float(result[0]["value"][1]) if result else math.nan
+                    if not math.isnan(value):  # NaN: no increase seen in the window yet
+                        found[name] = value
             except OSError:  # Prometheus still starting
                 continue
         assert set(found) == {"latency", "kv"}, found
