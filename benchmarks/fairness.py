@@ -13,7 +13,10 @@ then measures with the official openai client (streaming, TTFT = first text delt
      previous one ends.
 "Off" raises serve.generation_slots above the flood (nothing queues in the ingress) and sets
 vLLM's scheduling_policy to fcfs; "on" is configs/cpu.yaml as shipped (4 slots, per-tenant
-queues, priority scheduling). Target: quiet TTFT when flooded <= 2x its idle TTFT.
+queues, priority scheduling). Prefix caching is off in both modes (unless --prefix-caching):
+the flood repeats its questions, and cached prompts would make it nearly free; the idle and the
+flooded phases use two tenants with the same documents, so neither warms the other's cache.
+Target: quiet TTFT when flooded <= 2x its idle TTFT.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ async def measure(config, args) -> dict[str, list[float]]:
     running = up.start(config, dashboard=False)
     try:
         clients = {}
-        for tenant in ("flood", "quiet"):
+        for tenant in ("flood", "quiet-idle", "quiet"):
             key = KeyStore(config.data_dir).create(tenant, name="fairness")[1]
             clients[tenant] = openai.AsyncOpenAI(
                 base_url=running.api_url, api_key=key, timeout=1800, max_retries=0
@@ -70,8 +73,8 @@ async def measure(config, args) -> dict[str, list[float]]:
                     file=(path.name, path.read_bytes()), purpose="assistants"
                 )
         quiet = [q for q in QUESTIONS if "remote" not in q][: args.quiet_requests]
-        await ttft(clients["quiet"], quiet[0], args.quiet_tokens)  # warm-up
-        idle = [await ttft(clients["quiet"], q, args.quiet_tokens) for q in quiet]
+        await ttft(clients["quiet-idle"], QUESTIONS[-1], args.quiet_tokens)  # warm-up
+        idle = [await ttft(clients["quiet-idle"], q, args.quiet_tokens) for q in quiet]
         print(f"  idle: {[round(t, 2) for t in idle]}", file=sys.stderr, flush=True)
 
         stop = asyncio.Event()
@@ -117,19 +120,23 @@ async def main() -> None:
     parser.add_argument("--every", type=float, default=3.0, help="seconds between quiet requests")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds of flood first")
     parser.add_argument("--modes", default="off,on")
+    parser.add_argument("--prefix-caching", action="store_true")
     args = parser.parse_args()
     base = load_config(Path(args.config))
     results = {}
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "models").symlink_to((base.data_dir / "models").resolve())
-            overrides = {}
+            engine = {**base.generator.engine_kwargs,
+                      "enable_prefix_caching": args.prefix_caching}  # fmt: skip
+            serve = base.serve
             if mode == "off":
-                engine = {**base.generator.engine_kwargs, "scheduling_policy": "fcfs"}
-                overrides = {
-                    "serve": base.serve.model_copy(update={"generation_slots": 4 * args.flood}),
-                    "generator": base.generator.model_copy(update={"engine_kwargs": engine}),
-                }
+                engine["scheduling_policy"] = "fcfs"
+                serve = serve.model_copy(update={"generation_slots": 4 * args.flood})
+            overrides = {
+                "serve": serve,
+                "generator": base.generator.model_copy(update={"engine_kwargs": engine}),
+            }
             config = load_config(Path(args.config), data_dir=Path(tmp), **overrides)
             print(f"fair admission {mode}", file=sys.stderr, flush=True)
             results[mode] = await measure(config, args)
