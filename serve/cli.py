@@ -614,12 +614,7 @@ def keys_budget(
     if not given and not clear:
         _fail(InvalidRequestError("give a limit (--tokens-per-minute N, ...) or --clear"))
 
-    def update():
-        current = next((k for k in store.list() if k.id == key_id), None)
-        kept = {} if clear or current is None else (current.budget or {})
-        return store.set_budget(key_id, Budget(**{**kept, **given}))
-
-    key = _run(update)
+    key = _run(lambda: store.set_budget(key_id, Budget(**given), keep=not clear))
     if as_json:
         _print_json(_key_row(key))
         return

@@ -130,14 +130,15 @@ class KeyStore:
             self._write([*self._read(), key])
         return key, secret
 
-    def set_budget(self, key_id: str, budget: Budget) -> ApiKey:
-        """Replace a key's own limits (an empty Budget removes them); the appliance picks the
-        change up on its next request."""
-        limits = budget.model_dump(exclude_none=True) or None
+    def set_budget(self, key_id: str, budget: Budget, *, keep: bool = False) -> ApiKey:
+        """Replace a key's own limits (an empty Budget removes them), or with ``keep`` only
+        those ``budget`` sets; the appliance picks the change up on its next request."""
         with self._locked():
             keys = self._read()
             for index, key in enumerate(keys):
                 if key.id == key_id:
+                    kept = (key.budget or {}) if keep else {}
+                    limits = {**kept, **budget.model_dump(exclude_none=True)} or None
                     keys[index] = replace(key, budget=limits)
                     self._write(keys)
                     return keys[index]
