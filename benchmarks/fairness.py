@@ -11,9 +11,10 @@ then measures with the official openai client (streaming, TTFT = first text delt
   2. flooded: the flood tenant keeps `--flood` streaming requests in flight (max_tokens
      `--flood-tokens`) while the quiet tenant sends a request `--every` seconds after its
      previous one ends.
-"Off" raises serve.generation_slots above the flood (nothing queues in the ingress) and sets
-vLLM's scheduling_policy to fcfs; "on" is configs/cpu.yaml as shipped (4 slots, per-tenant
-queues, priority scheduling). Prefix caching is off in both modes (unless --prefix-caching):
+"Off" raises serve.generation_slots above the flood (nothing queues in the ingress, nothing
+is preempted) and sets vLLM's scheduling_policy to fcfs; "on" is configs/cpu.yaml as shipped
+(4 slots of which 1 may process a prompt, per-tenant queues, preemption of the flood's prompt
+processing, priority scheduling). Prefix caching is off in both modes (unless --prefix-caching):
 the flood repeats its questions, and cached prompts would make it nearly free; the idle and the
 flooded phases use two tenants with the same documents, so neither warms the other's cache.
 Target: quiet TTFT when flooded <= 2x its idle TTFT.
@@ -132,7 +133,9 @@ async def main() -> None:
             serve = base.serve
             if mode == "off":
                 engine["scheduling_policy"] = "fcfs"
-                serve = serve.model_copy(update={"generation_slots": 4 * args.flood})
+                serve = serve.model_copy(
+                    update={"generation_slots": 4 * args.flood, "prefill_slots": None}
+                )
             overrides = {
                 "serve": serve,
                 "generator": base.generator.model_copy(update={"engine_kwargs": engine}),

@@ -469,7 +469,9 @@ class Ingress:
         self.pipeline = QueryPipeline(searcher, self.generator, config.query, remote)
         self.model_name = config.generator.model or model_folder
         self.ledger = Ledger(config.data_dir, config.budgets)
-        self.fair = FairQueue(config.serve.generation_slots, config.serve.queue_per_tenant)
+        self.fair = FairQueue(
+            config.serve.generation_slots, config.serve.queue_per_tenant, config.serve.prefill_slots
+        )
 
     def _key(self, request: Request, scope: str) -> ApiKey:
         key = self.keys.authenticate(request.headers.get("authorization"))
@@ -499,10 +501,14 @@ class Ingress:
             )
             grant = Grant()
             try:
-                async with self.fair.slot(key.tenant) as priority:
-                    grant.priority = priority
+                async with self.fair.slot(key.tenant) as turn:
+                    grant.run = turn.run
                     grants.append(grant)
-                    yield grant
+                    try:
+                        yield grant
+                    finally:
+                        m = metrics()
+                        m.add(m.tenant_preemptions, turn.preemptions, {"tenant": key.tenant})
             finally:
                 used = grant.usage.prompt_tokens + grant.usage.completion_tokens
                 await asyncio.to_thread(self.ledger.settle, lease, used)

@@ -68,6 +68,12 @@ class ServeConfig(BaseModel):
     generation_slots: int = Field(
         16, ge=1, description="Generations sent to the engine at once, per ingress replica."
     )
+    prefill_slots: int | None = Field(
+        None, ge=1,
+        description="Of those, generations still processing their prompt, per ingress replica "
+        "(default: generation_slots). Prompt processing is compute-bound: on CPU one at a time "
+        "lets a newcomer's prompt run at full speed.",
+    )  # fmt: skip
     queue_per_tenant: int = Field(
         16, ge=0, description="Requests of one tenant waiting for a slot; 429 beyond."
     )

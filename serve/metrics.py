@@ -63,6 +63,12 @@ class Metrics:
             "grounded_tenant_tokens_total", "Generator tokens per tenant and key.",
             ("tenant", "key", "kind"),
         )  # fmt: skip
+        self.tenant_preemptions = Counter(
+            "grounded_tenant_preemptions_total",
+            "Generations of a tenant restarted by fair admission before their first token, to "
+            "let a lighter tenant's prompt through.",
+            ("tenant",),
+        )
         self.tenant_cost = Counter(
             "grounded_tenant_cost_total", "Estimated cost (configured prices) per tenant and key.",
             ("tenant", "key"),

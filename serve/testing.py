@@ -54,7 +54,7 @@ class ScriptedGenerator:
     ) -> AsyncIterator[GenerationChunk]:
         self.calls.append(
             {"tokens": len(token_ids), "max_tokens": max_tokens, "salt": cache_salt,
-             "priority": priority}
+             "priority": priority, "request_id": request_id}
         )  # fmt: skip
         pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):

@@ -116,13 +116,23 @@ class QueryOptions:
     max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
 
 
+# Starts a generation: (priority, attempt) -> its chunks. Admission may call it again (attempt
+# 1, 2, ...) when it preempted the generation before its first token.
+StartGeneration = Callable[[int, int], AsyncIterator[GenerationChunk]]
+
+
+def _start_now(start: StartGeneration) -> AsyncIterator[GenerationChunk]:
+    return start(0, 0)
+
+
 @dataclass(slots=True)
 class Grant:
-    """What admission (budgets, fair queuing) hands the generation: the engine priority, and
-    the usage so far, kept current as tokens arrive so that whoever admitted the request can
-    settle it even when the client goes away mid-answer."""
+    """What admission (budgets, fair queuing) hands the generation: how to run it (fair
+    queuing may preempt and restart it before its first token), and the usage so far, kept
+    current as tokens arrive so that whoever admitted the request can settle it even when the
+    client goes away mid-answer."""
 
-    priority: int = 0
+    run: Callable[[StartGeneration], AsyncIterator[GenerationChunk]] = _start_now
     usage: Usage = Usage()
 
 
@@ -296,14 +306,18 @@ class QueryPipeline:
             timings = dict(watch.timings)
             generating = time.perf_counter()
             span = tracer().start_span("grounded.generate", watch.context)
-            try:
-                async for chunk in self.generator.stream(
+
+            def start(priority: int, attempt: int) -> AsyncIterator[GenerationChunk]:
+                return self.generator.stream(
                     prepared.token_ids,
                     max_tokens=prepared.max_tokens,
                     cache_salt=prepared.cache_salt,
-                    request_id=request_id,
-                    priority=grant.priority,
-                ):
+                    request_id=f"{request_id}-{attempt}" if request_id and attempt else request_id,
+                    priority=priority,
+                )
+
+            try:
+                async for chunk in grant.run(start):
                     if last is None:
                         timings["first_token"] = _since(generating)
                         span.add_event("first_token")

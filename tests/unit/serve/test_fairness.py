@@ -1,4 +1,5 @@
-"""Fair admission: per-tenant queues sharing the generator's slots."""
+"""Fair admission: per-tenant queues sharing the generator's slots, and preemption of a heavy
+tenant's prompt processing."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ pytestmark = pytest.mark.unit
 
 
 async def hold(queue: FairQueue, tenant: str, order: list, release: asyncio.Event):
-    async with queue.slot(tenant) as priority:
-        order.append((tenant, priority))
+    async with queue.slot(tenant) as turn:
+        order.append((tenant, turn.priority))
         await release.wait()
 
 
@@ -93,8 +94,8 @@ def test_a_cancelled_waiter_leaves_the_queue_and_a_cancelled_holder_frees_its_sl
         holder.cancel()
         await asyncio.sleep(0)
         assert queue.busy == 0
-        async with queue.slot("c") as priority:
-            assert priority == 0
+        async with queue.slot("c") as turn:
+            assert turn.priority == 0
         return order
 
     assert asyncio.run(scenario()) == [("a", 0)]
@@ -111,3 +112,114 @@ def test_priority_counts_the_tenants_generations_already_running():
         return order
 
     assert asyncio.run(scenario()) == [("a", 0), ("a", 1), ("b", 0)]
+
+
+class Engine:
+    """Streams whose prompt processing and decoding the test finishes by hand."""
+
+    def __init__(self) -> None:
+        self.prefilled: dict[str, asyncio.Event] = {}
+        self.finished: dict[str, asyncio.Event] = {}
+        self.started: list[tuple[str, int, int]] = []
+        self.aborted: list[tuple[str, int]] = []
+
+    def start(self, name: str):
+        self.prefilled[name], self.finished[name] = asyncio.Event(), asyncio.Event()
+        return lambda priority, attempt: self._stream(name, priority, attempt)
+
+    async def _stream(self, name: str, priority: int, attempt: int):
+        self.started.append((name, priority, attempt))
+        done = False
+        try:
+            await self.prefilled[name].wait()
+            yield f"{name} first token (attempt {attempt})"
+            await self.finished[name].wait()
+            yield f"{name} last token"
+            done = True
+        finally:
+            if not done:
+                self.aborted.append((name, attempt))
+
+
+async def generate(queue: FairQueue, tenant: str, engine: Engine, name: str, seen: dict):
+    start = engine.start(name)
+    async with queue.slot(tenant) as turn:
+        seen[name] = [item async for item in turn.run(start)]
+
+
+def test_a_light_tenant_takes_the_place_of_a_heavy_tenants_prompt_still_processing():
+    async def scenario():
+        queue, engine, seen = FairQueue(slots=4, queue_per_tenant=10, prefill_slots=1), Engine(), {}
+        flood = [asyncio.create_task(generate(queue, "flood", engine, f"f{i}", seen))
+                 for i in range(3)]  # fmt: skip
+        await asyncio.sleep(0.01)
+        engine.prefilled["f0"].set()  # f0 decodes; f1 is processing its prompt; f2 waits
+        await asyncio.sleep(0.01)
+        assert [s[0] for s in engine.started] == ["f0", "f1"] and queue.queued("flood") == 1
+        quiet = asyncio.create_task(generate(queue, "quiet", engine, "q", seen))
+        await asyncio.sleep(0.01)
+        assert engine.aborted == [("f1", 0)]  # flood had 2 running, quiet none
+        assert engine.started[-1] == ("q", 0, 0)
+        assert queue.waiting["flood"][0].preemptions == 1  # f1 back at the head
+        engine.prefilled["q"].set()  # quiet's first token frees the prompt slot: f1 again
+        await asyncio.sleep(0.01)
+        assert engine.started[-1] == ("f1", 1, 1)
+        for name in ("f0", "f1", "f2", "q"):
+            engine.prefilled[name].set()
+            engine.finished[name].set()
+        await asyncio.gather(*flood, quiet)
+        return seen
+
+    seen = asyncio.run(scenario())
+    # the consumer of the preempted generation sees one stream: the restarted one
+    assert seen["f1"] == ["f1 first token (attempt 1)", "f1 last token"]
+    assert seen["q"] == ["q first token (attempt 0)", "q last token"]
+
+
+def test_tenants_with_equal_shares_and_decoding_generations_are_never_preempted():
+    async def scenario():
+        queue, engine, seen = FairQueue(slots=2, queue_per_tenant=10, prefill_slots=1), Engine(), {}
+        a = asyncio.create_task(generate(queue, "a", engine, "a0", seen))
+        await asyncio.sleep(0.01)
+        b = asyncio.create_task(generate(queue, "b", engine, "b0", seen))
+        await asyncio.sleep(0.01)
+        assert engine.aborted == [] and queue.queued("b") == 1  # a has 1 running, b 0: no
+        engine.prefilled["a0"].set()  # a decodes; b gets the prompt slot
+        await asyncio.sleep(0.01)
+        c = asyncio.create_task(generate(queue, "c", engine, "c0", seen))
+        engine.prefilled["b0"].set()  # both slots decoding: c waits, nobody is interrupted
+        await asyncio.sleep(0.01)
+        assert engine.aborted == [] and queue.queued("c") == 1
+        for name in ("a0", "b0", "c0"):
+            engine.prefilled[name].set()
+            engine.finished[name].set()
+        await asyncio.gather(a, b, c)
+        return engine
+
+    engine = asyncio.run(scenario())
+    assert engine.aborted == [] and [s[0] for s in engine.started] == ["a0", "b0", "c0"]
+
+
+def test_a_preempted_request_whose_client_leaves_while_waiting_frees_everything():
+    async def scenario():
+        queue, engine, seen = FairQueue(slots=2, queue_per_tenant=10, prefill_slots=1), Engine(), {}
+        f0 = asyncio.create_task(generate(queue, "flood", engine, "f0", seen))
+        await asyncio.sleep(0.01)
+        engine.prefilled["f0"].set()
+        await asyncio.sleep(0.01)
+        f1 = asyncio.create_task(generate(queue, "flood", engine, "f1", seen))
+        await asyncio.sleep(0.01)
+        quiet = asyncio.create_task(generate(queue, "quiet", engine, "q", seen))
+        await asyncio.sleep(0.01)
+        assert engine.aborted == [("f1", 0)] and queue.queued("flood") == 1
+        f1.cancel()  # its client goes away while it waits to restart
+        await asyncio.gather(f1, return_exceptions=True)
+        assert queue.queued("flood") == 0 and queue.busy == 2
+        for name in ("f0", "q"):
+            engine.prefilled[name].set()
+            engine.finished[name].set()
+        await asyncio.gather(f0, quiet)
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert queue.busy == 0 and not queue.prefilling and not queue.waiting

@@ -185,24 +185,36 @@ def test_a_model_that_says_not_found_is_an_abstention_without_citations(service)
     assert answer.abstained and answer.cited == () and answer.sources
 
 
-def test_admission_sees_the_prompt_sets_the_priority_and_settles_the_usage(service):
+def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(service):
     from contextlib import asynccontextmanager
 
     from serve.query.pipeline import Grant
 
     generator, seen, settled = ScriptedGenerator("Annual leave is 27 days [1]."), [], []
 
+    async def preempt_once(start):
+        """What fair admission does to a preempted generation: drop it before its first
+        token and start it again, at another priority."""
+        dropped = start(5, 0)
+        await dropped.aclose()
+        async for chunk in start(3, 1):
+            yield chunk
+
     @asynccontextmanager
     async def admit(prepared):
         seen.append((len(prepared.token_ids), prepared.max_tokens))
-        grant = Grant(priority=3)
+        grant = Grant(run=preempt_once)
         yield grant
         settled.append(grant.usage)
 
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
-    answer = run(pipeline, "acme", "annual leave days", max_tokens=40, admit=admit)
+    answer = run(
+        pipeline, "acme", "annual leave days", max_tokens=40, request_id="req-7", admit=admit
+    )
     assert seen == [(generator.calls[0]["tokens"], 40)]
-    assert generator.calls[0]["priority"] == 3
+    # the dropped stream never started; the restart has its own engine request id
+    assert [(c["priority"], c["request_id"]) for c in generator.calls] == [(3, "req-7-1")]
+    assert answer.text == "Annual leave is 27 days [1]."
     assert settled == [answer.usage] and answer.usage.completion_tokens > 0
     assert "admission" in answer.timings
 
