@@ -148,8 +148,8 @@ async def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; model {base.generator.model}; "
           f"flood {args.flood} in flight x {args.flood_tokens} tokens; quiet "
           f"{args.quiet_requests} requests x {args.quiet_tokens} tokens")  # fmt: skip
-    print("\n| fair admission | quiet TTFT idle (median) | quiet TTFT flooded (median) | "
-          "ratio | flooded TTFTs | flood requests per minute |\n|---|---|---|---|---|---|")  # fmt: skip
+    print("\n| fair admission | quiet TTFT idle (median) | quiet TTFT flooded (median) | ratio | "
+          "flooded TTFTs | flood requests per minute |\n|---|---|---|---|---|---|")  # fmt: skip
     for mode, r in results.items():
         idle, flooded = statistics.median(r["idle"]), statistics.median(r["flooded"])
         print(
