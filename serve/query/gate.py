@@ -57,12 +57,18 @@ def _plain(text: str) -> str:
 _NOT_FOUND_PLAIN = tuple(_plain(message) for message in NOT_FOUND.values())
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
 def is_not_found(answer: str) -> bool:
     """The model abstained: its answer is a "not found" message in any language, with at most
-    a few other words ("[1] Not found in the sources." counts; a real answer that mentions
-    the phrase in passing does not)."""
+    a few other words ("[1] Not found in the sources." counts), or a single sentence that ends
+    with it ("The warranty period is not found in the sources."). A real answer that mentions
+    the phrase in passing, or answers in another sentence, does not count."""
     plain = _plain(answer)
     for message in _NOT_FOUND_PLAIN:
         if message in plain:
-            return len(plain.replace(message, " ").split()) <= 3
+            if len(plain.replace(message, " ").split()) <= 3:
+                return True
+            return plain.endswith(message) and len(_SENTENCE_END.split(answer.strip())) == 1
     return False

@@ -52,6 +52,9 @@ def test_abstention_speaks_the_questions_language():
         ("I am sorry: not found in the sources.", True),
         ("Leave is 27 days [1].", False),
         ("The value was not found in the sources' appendix but the table gives 27 days.", False),
+        ("Martin Luther on indulgences is not found in the sources.", True),
+        ("La durée de la garantie est introuvable dans les sources.", True),
+        ("Leave is 27 days [1]. The carry-over rule is not found in the sources.", False),
     ],
 )
 def test_model_abstention_is_recognised(answer, abstained):
