@@ -157,6 +157,7 @@ class FairQueue:
     def _preempt_for(self, tenant: str) -> None:
         """Give ``tenant`` the place of a heavier tenant's newest prompt still processing."""
         if self._has_room():
+            self._dispatch()
             return
         mine = self.running[tenant]
         victims = [t for t in self.prefilling if self.running[t.tenant] >= mine + 2]
