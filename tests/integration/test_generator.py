@@ -226,3 +226,52 @@ def test_eval_with_answers_on_the_real_engine(generator, loop, tmp_path, minilm)
     assert summary["recall@5"] == 1.0
     assert summary["total_s_p50"] > 0 and summary["first_token_s_p50"] > 0
     service.close()
+
+
+def test_fair_admission_preempts_a_prompt_in_the_engine_and_restarts_it(generator, loop):
+    """A heavy tenant's generation still processing its prompt is aborted in the real engine
+    when a lighter tenant arrives, restarted after the lighter tenant's first token, and its
+    consumer gets one complete stream."""
+    from serve.fairness import FairQueue
+
+    long = generator.render([{"role": "system", "content": "policy text " * 250},
+                             {"role": "user", "content": "Summarise the policy."}])  # fmt: skip
+    short = generator.render([{"role": "user", "content": "Annual leave?"}])
+    firsts: list[str] = []
+
+    async def generate(queue, tenant, name, token_ids, hold=None):
+        async with queue.slot(tenant) as turn:
+            chunks = []
+
+            def start(priority, attempt):
+                request_id = f"{name}-{attempt}"
+                return generator.stream(token_ids, max_tokens=8, cache_salt=tenant,
+                                        request_id=request_id, priority=priority)  # fmt: skip
+
+            async for chunk in turn.run(start):
+                if not chunks:
+                    firsts.append(name)
+                    if hold is not None:
+                        await hold.wait()  # keeps its slot: a generation still running
+                chunks.append(chunk)
+            return turn.preemptions, chunks
+
+    async def scenario():
+        queue, hold = FairQueue(slots=3, queue_per_tenant=5, prefill_slots=1), asyncio.Event()
+        f0 = asyncio.create_task(generate(queue, "flood", "f0", short, hold))
+        while firsts != ["f0"]:
+            await asyncio.sleep(0.01)
+        f1 = asyncio.create_task(generate(queue, "flood", "f1", long))
+        for _ in range(3):
+            await asyncio.sleep(0)  # f1's stream has started: its prompt goes to the engine
+        assert queue.prefilling and queue.prefilling[0].tenant == "flood"
+        quiet = await generate(queue, "quiet", "q", short)
+        hold.set()
+        return await f0, await f1, quiet
+
+    (_, f0), (preempted, f1), (_, quiet) = loop.run_until_complete(scenario())
+    assert preempted == 1 and firsts == ["f0", "q", "f1"]
+    for chunks in (f0, f1, quiet):
+        assert chunks[-1].finish_reason in ("stop", "length") and chunks[-1].completion_tokens > 0
+    assert f1[-1].prompt_tokens == len(long)
+    assert generator.health()
