@@ -530,13 +530,14 @@ class Ingress:
         default = self.config.generator.max_tokens
         return asked or min(default, completion_cap or default), prompt_cap
 
-    def _account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
-        """Record one request in the ledger and the per-tenant metrics; returns its cost."""
+    async def _account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
+        """Record one request in the ledger (in a thread: SQLite off the event loop) and the
+        per-tenant metrics; returns its cost."""
         usage = answer.usage if answer is not None else (grants[0].usage if grants else Usage())
         outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
-        cost = self.ledger.record(
-            key.tenant, key.id, outcome, prompt=usage.prompt_tokens, cached=usage.cached_tokens,
-            completion=usage.completion_tokens,
+        cost = await asyncio.to_thread(
+            self.ledger.record, key.tenant, key.id, outcome, prompt=usage.prompt_tokens,
+            cached=usage.cached_tokens, completion=usage.completion_tokens,
         )  # fmt: skip
         m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
         m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
@@ -546,11 +547,11 @@ class Ingress:
         m.add(m.tenant_cost, cost, tags)
         return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
 
-    def _refused(self, key: ApiKey, exc: GroundedError) -> None:
+    async def _refused(self, key: ApiKey, exc: GroundedError) -> None:
         reason = getattr(exc, "reason", None)
         if reason is None:
             return
-        self.ledger.record(key.tenant, key.id, "refused", reason=reason)
+        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "refused", reason=reason)
         metrics().tenant_requests.inc(
             tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
         )
@@ -574,15 +575,15 @@ class Ingress:
             # refusals become a 4xx here rather than a broken stream.
             first = await anext(stream) if body.stream else await _final(stream)
         except GroundedError as exc:
-            self._refused(key, exc)
+            await self._refused(key, exc)
             raise
         except asyncio.CancelledError:  # the client went away; account what was generated
             if grants:
-                self._account(key, None, grants)
+                await self._account(key, None, grants)
             raise
         if not body.stream:
             self._observe(first)
-            cost = self._account(key, first, grants)
+            cost = await self._account(key, first, grants)
             return JSONResponse(api.chat_completion(first, request_id, created, cost))
 
         async def events():
@@ -595,7 +596,7 @@ class Ingress:
                     item = await anext(stream)
                 answer = item
                 self._observe(answer)
-                cost = self._account(key, answer, grants)
+                cost = await self._account(key, answer, grants)
                 for final in api.final_chunks(answer, request_id, created,
                                               body.include_usage(), cost):  # fmt: skip
                     yield _sse(final)
@@ -605,7 +606,7 @@ class Ingress:
             finally:
                 await stream.aclose()  # settles the budget lease if the client went away
                 if answer is None:
-                    self._account(key, None, grants)
+                    await self._account(key, None, grants)
 
         return StreamingResponse(
             events(), media_type="text/event-stream",
