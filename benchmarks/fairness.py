@@ -55,6 +55,29 @@ async def ttft(client, question: str, max_tokens: int) -> float:
     return first if first is not None else time.perf_counter() - started
 
 
+async def preemptions(metrics_url: str) -> int:
+    """The flood's generations restarted by fair admission (Ray exports metrics every few
+    seconds, so the count is read until it stops changing)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    seen = -1
+    for _ in range(6):
+        await asyncio.sleep(5)
+        text = httpx.get(metrics_url, timeout=10).text
+        count = sum(
+            int(sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "ray_grounded_tenant_preemptions_total"
+            and sample.labels.get("tenant") == "flood"
+        )
+        if count == seen:
+            return count
+        seen = count
+    return seen
+
+
 async def measure(config, args) -> dict[str, list[float]]:
     import openai
 
@@ -108,7 +131,9 @@ async def measure(config, args) -> dict[str, list[float]]:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-        return {"idle": idle, "flooded": flooded, "flood_rate": flood_done / flood_minutes}
+        return {"idle": idle, "flooded": flooded, "flood_rate": flood_done / flood_minutes,
+                "phase_s": flood_minutes * 60,
+                "preemptions": await preemptions(running.metrics_url)}  # fmt: skip
     finally:
         running.stop()
 
@@ -149,12 +174,15 @@ async def main() -> None:
           f"flood {args.flood} in flight x {args.flood_tokens} tokens; quiet "
           f"{args.quiet_requests} requests x {args.quiet_tokens} tokens")  # fmt: skip
     print("\n| fair admission | quiet TTFT idle (median) | quiet TTFT flooded (median) | ratio | "
-          "flooded TTFTs | flood requests per minute |\n|---|---|---|---|---|---|")  # fmt: skip
+          "flooded TTFTs | flooded phase | flood requests per minute | flood preemptions |\n"
+          "|---|---|---|---|---|---|---|---|")  # fmt: skip
     for mode, r in results.items():
         idle, flooded = statistics.median(r["idle"]), statistics.median(r["flooded"])
         print(
             f"| {mode} | {idle:.2f} s | {flooded:.2f} s | {flooded / idle:.2f}x | "
-            f"{', '.join(f'{t:.1f}' for t in r['flooded'])} | {r['flood_rate']:.2f} |"
+            f"{', '.join(f'{t:.1f}' for t in r['flooded'])} | {r['phase_s']:.0f} s | "
+            f"{r['flood_rate']:.2f} | "
+            f"{r['preemptions']} |"
         )
 
 
