@@ -78,7 +78,7 @@ async def preemptions(metrics_url: str) -> int:
     return seen
 
 
-async def measure(config, args) -> dict[str, list[float]]:
+async def measure(config, args) -> dict:
     import openai
 
     from serve import up

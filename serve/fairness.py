@@ -68,6 +68,9 @@ class Turn:
             return
 
     async def _first_or_preempted(self, stream: AsyncIterator[T]):
+        # Preemption is judged by the count, not the event: a preempted turn can be admitted
+        # again (which clears the event) before this task wakes up.
+        preemptions = self.preemptions
         item = asyncio.ensure_future(anext(stream))
         preempted = asyncio.ensure_future(self.preempted.wait())
         try:
@@ -77,7 +80,7 @@ class Turn:
             if not item.done():
                 item.cancel()  # aborts the engine request (the generators' finally clauses)
                 await asyncio.gather(item, return_exceptions=True)
-        if self.preempted.is_set():  # even if the first item raced it: the place is gone
+        if self.preemptions != preemptions:  # even if the first item raced it: the place is gone
             if item.done() and not item.cancelled():
                 item.exception()  # retrieved, so that asyncio does not log it
             return _PREEMPTED

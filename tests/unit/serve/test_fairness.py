@@ -223,3 +223,27 @@ def test_a_preempted_request_whose_client_leaves_while_waiting_frees_everything(
 
     queue = asyncio.run(scenario())
     assert queue.busy == 0 and not queue.prefilling and not queue.waiting
+
+
+def test_a_preempted_generation_admitted_again_before_it_wakes_still_restarts():
+    async def scenario():
+        queue, engine, seen = FairQueue(slots=3, queue_per_tenant=10, prefill_slots=1), Engine(), {}
+        f0 = asyncio.create_task(generate(queue, "flood", engine, "f0", seen))
+        await asyncio.sleep(0.01)
+        engine.prefilled["f0"].set()
+        await asyncio.sleep(0.01)
+        f1 = asyncio.create_task(generate(queue, "flood", engine, "f1", seen))
+        await asyncio.sleep(0.01)
+        async with queue.slot("quiet") as turn:  # takes f1's place...
+            queue._prefilled(turn)  # ...and has its first token at once: f1 is admitted again
+            assert engine.aborted == []  # all before f1's task has run
+        await asyncio.sleep(0.01)
+        assert engine.aborted == [("f1", 0)] and engine.started[-1] == ("f1", 1, 1)
+        for name in ("f0", "f1"):
+            engine.prefilled[name].set()
+            engine.finished[name].set()
+        await asyncio.gather(f0, f1)
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen["f1"] == ["f1 first token (attempt 1)", "f1 last token"]
