@@ -219,19 +219,32 @@ def models_list(generator_model: str) -> dict[str, Any]:
     }
 
 
-def _citations(answer: Answer) -> list[dict[str, Any]]:
-    """One annotation per (citing sentence, source): the index is where the sentence ends."""
+def _annotations(answer: Answer, files_url: str) -> list[dict[str, Any]]:
+    """OpenAI's chat ``url_citation`` annotations, one per (citing sentence, cited source):
+    ``start_index``/``end_index`` mark the sentence in the answer text; ``url`` is the cited
+    file's text (``GET /v1/files/{id}/content``) with the chunk's character range as an RFC 5147
+    fragment (``#char=start,end``); ``title`` names the file, its page and section."""
+    cited = {citation.source.number: citation.source.hit for citation in answer.cited}
     annotations = []
-    for citation in answer.cited:
-        hit = citation.source.hit
-        for sentence in citation.sentences:
-            position = answer.text.find(sentence)
-            index = position + len(sentence) if position >= 0 else len(answer.text)
+    for statement in answer.statements:
+        for number in statement.numbers:
+            if (hit := cited.get(number)) is None:
+                continue
             annotations.append({
-                "type": "file_citation", "file_id": hit.doc_id, "filename": hit.file_name,
-                "index": index,
+                "type": "url_citation",
+                "url_citation": {
+                    "start_index": statement.span[0], "end_index": statement.span[1],
+                    "url": f"{files_url}/{hit.doc_id}/content#char={hit.start},{hit.end}",
+                    "title": citation_title(hit),
+                },
             })  # fmt: skip
     return annotations
+
+
+def citation_title(hit: SearchHit) -> str:
+    """ "handbook.pdf, page 3: Leave > Carry-over"."""
+    title = hit.file_name + (f", page {hit.page}" if hit.page else "")
+    return title + (f": {' > '.join(hit.heading_path)}" if hit.heading_path else "")
 
 
 def _extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -295,8 +308,14 @@ def _finish(answer: Answer) -> str:
 
 
 def chat_completion(
-    answer: Answer, request_id: str, created: int, cost: dict[str, Any] | None = None
+    answer: Answer,
+    request_id: str,
+    created: int,
+    files_url: str,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """OpenAI's chat completion; ``files_url`` is this server's ``.../v1/files`` (citations
+    link to it)."""
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -309,7 +328,7 @@ def chat_completion(
                     "role": "assistant",
                     "content": answer.text,
                     "refusal": None,
-                    "annotations": _citations(answer),
+                    "annotations": _annotations(answer, files_url),
                 },
                 "finish_reason": _finish(answer),
                 "logprobs": None,
@@ -336,6 +355,7 @@ def final_chunks(
     request_id: str,
     created: int,
     include_usage: bool,
+    files_url: str,
     cost: dict[str, Any] | None = None,
 ) -> list:
     """After the text deltas: the citations (with the finish reason), then the usage chunk."""
@@ -343,7 +363,7 @@ def final_chunks(
         chunk(
             request_id,
             created,
-            {"annotations": _citations(answer)},
+            {"annotations": _annotations(answer, files_url)},
             _finish(answer),
             grounded=_extension(answer, cost),
         )
@@ -399,10 +419,12 @@ def refusal(result: IngestResult) -> GroundedError:
     return error
 
 
-def search_page(query: str, ranked: Sequence[tuple[SearchHit, float]], attributes) -> dict:
+def search_page(
+    query: str | list[str], ranked: Sequence[tuple[SearchHit, float]], attributes
+) -> dict:
     return {
         "object": "vector_store.search_results.page",
-        "search_query": query,
+        "search_query": [query] if isinstance(query, str) else list(query),
         "data": [
             {
                 "file_id": hit.doc_id,

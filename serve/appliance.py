@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from ray import serve
 
 from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
@@ -224,6 +224,10 @@ class Shards:
     async def file(self, doc_id: str):
         shard = await self._shard()
         return await asyncio.to_thread(shard.get_document, doc_id)
+
+    async def text(self, doc_id: str) -> str:
+        shard = await self._shard()
+        return await asyncio.to_thread(shard.document_text, doc_id)
 
     async def delete(self, doc_id: str) -> None:
         shard = await self._shard()
@@ -562,7 +566,7 @@ class Ingress:
         body = api.parse(api.ChatRequest, await _json(request))
         api.check_model(body.model)
         request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
-        created = api.now()
+        created, files_url = api.now(), f"{request.base_url}v1/files"
         grants: list[Grant] = []
         try:
             tokens, prompt_cap = self._caps(key, body)
@@ -584,7 +588,7 @@ class Ingress:
         if not body.stream:
             self._observe(first)
             cost = await self._account(key, first, grants)
-            return JSONResponse(api.chat_completion(first, request_id, created, cost))
+            return JSONResponse(api.chat_completion(first, request_id, created, files_url, cost))
 
         async def events():
             answer = None
@@ -598,7 +602,7 @@ class Ingress:
                 self._observe(answer)
                 cost = await self._account(key, answer, grants)
                 for final in api.final_chunks(answer, request_id, created,
-                                              body.include_usage(), cost):  # fmt: skip
+                                              body.include_usage(), files_url, cost):  # fmt: skip
                     yield _sse(final)
                 yield _sse("[DONE]")
             except GroundedError as exc:
@@ -667,6 +671,14 @@ class Ingress:
         key = self._key(request, "query")
         return api.file_object(await self._file(key.tenant, file_id))
 
+    @app.get("/v1/files/{file_id}/content", response_class=PlainTextResponse)
+    async def file_content(self, request: Request, file_id: str) -> PlainTextResponse:
+        """The file's text as stored (extracted from PDF and HTML): citation URLs give character
+        ranges of this text (``#char=start,end``)."""
+        key = self._key(request, "query")
+        await self._file(key.tenant, file_id)
+        return PlainTextResponse(await self._tenant_shards(key.tenant).text.remote(file_id))
+
     async def _file(self, tenant: str, file_id: str):
         try:
             return await self._tenant_shards(tenant).file.remote(file_id)
@@ -699,7 +711,7 @@ class Ingress:
         attributes = await self._tenant_shards(key.tenant).attributes.remote(
             [h.doc_id for h in hits]
         )
-        return api.search_page(query, [(h, api.score_of(h) or 0.0) for h in hits], attributes)
+        return api.search_page(body.query, [(h, api.score_of(h) or 0.0) for h in hits], attributes)
 
 
 # --- The application --------------------------------------------------------------------

@@ -366,6 +366,13 @@ class TenantShard:
             raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
         return _record(row)
 
+    def document_text(self, doc_id: str) -> str:
+        """The document's validated text: what chunk offsets (``start``, ``end``) index."""
+        row = self._conn.execute("SELECT text FROM documents WHERE doc_id = ?", (doc_id,))
+        if (found := row.fetchone()) is None:
+            raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
+        return found[0]
+
     def iter_documents(self) -> Iterator[tuple[str, Document]]:
         """Stored documents with their validated text and structure (for reindexing)."""
         rows = self._conn.execute(

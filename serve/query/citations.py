@@ -33,6 +33,7 @@ class Statement:
     numbers: tuple[int, ...]
     support: float  # share of the sentence's words found in its cited chunks; 0.0 without any
     inferred: bool = False  # the citation was attributed by support, not written by the model
+    span: tuple[int, int] = (0, 0)  # where the sentence (markers included) is in the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +75,29 @@ def support(sentence: str, evidence: str) -> float:
     return len(words & _words(evidence)) / len(words) if words else 0.0
 
 
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence in ``text``, with citation markers that open a piece
+    moved back to the sentence before ("Leave is 27 days. [1] Sick..." cites [1] for the first
+    sentence)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    breaks = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(text)]
+    for end, after in [*breaks, (len(text), len(text))]:
+        piece = text[start:end]
+        a = start + len(piece) - len(piece.lstrip())
+        b = start + len(piece.rstrip())
+        leading = _LEADING_CITATIONS.match(text[a:b])
+        if leading and spans:
+            spans[-1] = (spans[-1][0], a + len(leading.group(0).rstrip()))
+            a += leading.end()
+        if a < b:
+            spans.append((a, b))
+        start = after
+    return spans
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences, with citation markers that open a piece moved back to the sentence before
-    ("Leave is 27 days. [1] Sick..." cites [1] for the first sentence)."""
-    sentences: list[str] = []
-    for piece in _SENTENCE_END.split(text):
-        piece = piece.strip()
-        leading = _LEADING_CITATIONS.match(piece)
-        if leading and sentences:
-            sentences[-1] += " " + leading.group(0).strip()
-            piece = piece[leading.end() :].strip()
-        if piece:
-            sentences.append(piece)
-    return sentences
+    return [text[a:b] for a, b in sentence_spans(text)]
 
 
 class CitationFilter:
@@ -122,28 +133,29 @@ class CitationFilter:
         return _CITATION.sub(self._keep_valid, rest)
 
 
-def _statement(sentence: str, by_number: dict[int, Source]) -> Statement:
+def _statement(text: str, span: tuple[int, int], by_number: dict[int, Source]) -> Statement:
+    sentence = text[span[0] : span[1]]
     numbers = tuple(dict.fromkeys(int(n) for m in _CITATION.findall(sentence)
                                   for n in re.findall(r"\d+", m)))  # fmt: skip
     plain = _CITATION.sub("", sentence).strip()
     if numbers:
         evidence = " ".join(by_number[n].hit.text for n in numbers)
-        return Statement(plain, numbers, support(plain, evidence))
+        return Statement(plain, numbers, support(plain, evidence), span=span)
     if len(_words(plain)) >= INFERRED_MIN_WORDS and by_number:
         best, score = max(
             ((n, support(plain, source.hit.text)) for n, source in by_number.items()),
             key=lambda pair: pair[1],
         )
         if score >= INFERRED_MIN_SUPPORT:
-            return Statement(plain, (best,), score, inferred=True)
-    return Statement(plain, (), 0.0)
+            return Statement(plain, (best,), score, inferred=True, span=span)
+    return Statement(plain, (), 0.0, span=span)
 
 
 def check_citations(text: str, sources: Sequence[Source]) -> CheckedAnswer:
     citations = CitationFilter(sources)
     by_number = citations.by_number
     checked = citations.feed(text) + citations.flush()
-    statements = tuple(_statement(sentence, by_number) for sentence in split_sentences(checked))
+    statements = tuple(_statement(checked, span, by_number) for span in sentence_spans(checked))
     citing: dict[int, list[Statement]] = {}
     for statement in statements:
         for number in statement.numbers:

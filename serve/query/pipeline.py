@@ -298,6 +298,11 @@ class QueryPipeline:
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
             return
         citations = CitationFilter(prepared.sources)
+        shown: list[str] = []  # what the client was sent; it never starts with whitespace
+
+        def visible(delta: str) -> str:
+            return delta if shown else delta.lstrip()
+
         parts: list[str] = []
         last: GenerationChunk | None = None
         async with admit(prepared) if admit else nullcontext(Grant()) as grant:
@@ -326,19 +331,21 @@ class QueryPipeline:
                     grant.usage = Usage(
                         chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
                     )
-                    if delta := citations.feed(chunk.text):
+                    if delta := visible(citations.feed(chunk.text)):
+                        shown.append(delta)
                         yield delta
             finally:
                 span.end()
-        if rest := citations.flush():
+        if rest := visible(citations.flush()):
             yield rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)
-        checked = check_citations("".join(parts), prepared.sources)
+        # Statement spans index the answer text, which is exactly what was streamed.
+        checked = check_citations("".join(parts).lstrip(), prepared.sources)
         abstained = is_not_found(checked.text)  # the model found no answer in the sources
         usage = grant.usage
         yield Answer(
-            text=checked.text.strip(),
+            text=checked.text.rstrip(),
             cited=() if abstained else checked.cited,
             sources=prepared.sources,
             abstained=abstained,

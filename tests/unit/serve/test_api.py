@@ -2,7 +2,10 @@ import base64
 import json
 
 import numpy as np
+import pydantic
 import pytest
+from openai.types import VectorStoreSearchResponse
+from openai.types.chat import ChatCompletion
 
 from index.errors import (
     AuthenticationError,
@@ -22,6 +25,7 @@ from serve.query.budget import ContextLengthError
 from serve.query.citations import check_citations
 from serve.query.pipeline import Answer, Usage
 from serve.query.prompt import canonical_order
+from tests.openai_schema import chunk_conforms, conforms
 
 pytestmark = pytest.mark.unit
 
@@ -87,30 +91,75 @@ def test_chat_request_keeps_turns_and_maps_extensions():
     assert options.search_filter.attributes == {"site": "lyon"}
 
 
-def answer() -> Answer:
-    hit = SearchHit("c1", "doc-1", "handbook.md", ("Leave",), None, 0, 60,
-                    "Every employee receives 27 days of paid annual leave.", 0.8)  # fmt: skip
+FILES = "http://127.0.0.1:8000/v1/files"
+LEAVE = "Every employee receives 27 days of paid annual leave."
+
+
+def answer(text: str = "Employees receive 27 days of paid annual leave [1].") -> Answer:
+    hit = SearchHit("c1", "doc-1", "handbook.md", ("Leave",), 2, 10, 10 + len(LEAVE), LEAVE,
+                    0.8)  # fmt: skip
     sources = canonical_order([hit])
-    checked = check_citations("Employees receive 27 days of paid annual leave [1].", sources)
+    checked = check_citations(text, sources)
     return Answer(checked.text, checked.cited, tuple(sources), False, 0, Usage(100, 64, 12),
                   "stop", checked.statements, {"total": 1.5})  # fmt: skip
 
 
-def test_chat_completion_carries_annotations_usage_and_the_extension():
-    body = api.chat_completion(answer(), "chatcmpl-1", 1700000000)
-    message = body["choices"][0]["message"]
-    assert message["annotations"] == [{
-        "type": "file_citation", "file_id": "doc-1", "filename": "handbook.md",
-        "index": len("Employees receive 27 days of paid annual leave [1]."),
-    }]  # fmt: skip
-    assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 12, "total_tokens": 112,
-                             "prompt_tokens_details": {"cached_tokens": 64}}  # fmt: skip
+def test_chat_completion_conforms_to_openais_schema_with_url_citations():
+    body = api.chat_completion(answer(), "chatcmpl-1", 1700000000, FILES)
+    completion = conforms(ChatCompletion, json.loads(json.dumps(body)))
+    [annotation] = completion.choices[0].message.annotations
+    assert annotation.type == "url_citation"
+    cited = annotation.url_citation
+    text = completion.choices[0].message.content
+    assert text[cited.start_index : cited.end_index] == text  # the one citing sentence
+    assert cited.url == f"{FILES}/doc-1/content#char=10,{10 + len(LEAVE)}"
+    assert cited.title == "handbook.md, page 2: Leave"
+    assert completion.usage.model_dump(exclude_none=True) == {
+        "prompt_tokens": 100, "completion_tokens": 12, "total_tokens": 112,
+        "prompt_tokens_details": {"cached_tokens": 64}}  # fmt: skip
     citation = body["grounded"]["citations"][0]
     assert citation["chunk_id"] == "c1" and citation["score"] == 0.8
-    chunks = api.final_chunks(answer(), "chatcmpl-1", 0, include_usage=True)
+
+
+def test_each_citing_sentence_gets_its_own_span():
+    text = "Hello there. Leave is 27 days [1] of paid annual leave. Thanks."
+    annotations = api.chat_completion(answer(text), "c", 0, FILES)["choices"][0]["message"][
+        "annotations"
+    ]
+    spans = [(a["url_citation"]["start_index"], a["url_citation"]["end_index"])
+             for a in annotations]  # fmt: skip
+    assert [text[a:b] for a, b in spans] == ["Leave is 27 days [1] of paid annual leave."]
+
+
+def test_stream_chunks_conform_and_carry_the_same_annotations():
+    message = api.chat_completion(answer(), "c", 0, FILES)["choices"][0]["message"]
+    chunks = api.final_chunks(answer(), "chatcmpl-1", 0, include_usage=True, files_url=FILES)
+    for payload in [api.chunk("chatcmpl-1", 0, {"role": "assistant", "content": ""}), *chunks]:
+        chunk_conforms(json.loads(json.dumps(payload)))
     assert chunks[0]["choices"][0]["finish_reason"] == "stop"
     assert chunks[0]["choices"][0]["delta"]["annotations"] == message["annotations"]
     assert chunks[1]["choices"] == [] and chunks[1]["usage"]["completion_tokens"] == 12
+
+
+def test_the_strict_check_refuses_the_old_file_citation_shape():
+    body = api.chat_completion(answer(), "c", 0, FILES)
+    body["choices"][0]["message"]["annotations"] = [
+        {"type": "file_citation", "file_id": "doc-1", "filename": "handbook.md", "index": 3}
+    ]
+    with pytest.raises(pydantic.ValidationError):
+        conforms(ChatCompletion, body)
+    body = api.chat_completion(answer(), "c", 0, FILES)
+    body["choices"][0]["message"]["sources"] = []
+    with pytest.raises(AssertionError, match="does not define"):
+        conforms(ChatCompletion, body)
+
+
+def test_search_page_and_file_objects_conform():
+    hit = SearchHit("c1", "doc-1", "handbook.md", (), None, 0, 5, "Leave", 0.5)
+    page = api.search_page("leave", [(hit, 0.5)], {"doc-1": {"site": "lyon"}})
+    assert page["search_query"] == ["leave"]
+    for item in page["data"]:
+        conforms(VectorStoreSearchResponse, item)
 
 
 def test_embeddings_in_both_encodings():
