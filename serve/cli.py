@@ -730,31 +730,19 @@ def up(
 ) -> None:
     """Start the appliance (Ray, the deployments, the OpenAI-compatible API) and serve until
     Ctrl-C (or SIGTERM, as `docker stop` sends), which stops what this command started."""
-    import signal
-    import time
-
     from serve import up as appliance
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
 
     config: AppConfig = ctx.obj.config
     err.print("starting Ray and the Grounded application (the first start takes a minute)...")
-    running = _run(lambda: appliance.start(config, address=address, dashboard=dashboard))
-    # After ray.init, which installs its own SIGTERM handler; SIGINT too, since a process
-    # started in the background inherits it as ignored.
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
-              f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
-    if running.dashboard_url:
-        out.print(f"dashboard  {running.dashboard_url}")
-    out.print(f"metrics    {running.metrics_url}")
-    out.print("keys       grounded keys create --tenant <tenant>   (Ctrl-C stops the appliance)")
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        err.print("stopping...")
-    finally:
-        running.stop()
+        with appliance.foreground(config, address=address, dashboard=dashboard) as running:
+            out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
+                      f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
+            if running.dashboard_url:
+                out.print(f"dashboard  {running.dashboard_url}")
+            out.print(f"metrics    {running.metrics_url}")
+            out.print("keys       grounded keys create --tenant <tenant>   "
+                      "(Ctrl-C stops the appliance)")  # fmt: skip
+            appliance.wait_forever()
+    except GroundedError as exc:
+        _fail(exc)

@@ -72,8 +72,7 @@ def main() -> None:
 
     config = load_config(args.config, data_dir=args.data_dir)
     print("== starting the appliance (Ray, embedder, shards, vLLM generator; about a minute)")
-    running = up.start(config, dashboard=not args.once)
-    try:
+    with up.foreground(config, dashboard=not args.once) as running:
         keys = {tenant: KeyStore(config.data_dir).create(tenant, name="demo")[1]
                 for tenant in QUESTIONS}  # fmt: skip
         for tenant, key in keys.items():
@@ -90,15 +89,8 @@ def main() -> None:
         for tenant, key in keys.items():
             print(f"key ({tenant}) {key}")
         if not args.once:
-            print("\nserving; try it with any OpenAI client. Ctrl-C stops.")
-            import time
-
-            while True:
-                time.sleep(3600)
-    except KeyboardInterrupt:
-        print("\nstopping...")
-    finally:
-        running.stop()
+            print("\nserving; try it with any OpenAI client. Ctrl-C stops.", flush=True)
+            up.wait_forever()
 
 
 if __name__ == "__main__":

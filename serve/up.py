@@ -7,10 +7,15 @@ process started it (ray.shutdown); nothing else on the machine is touched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from index.errors import ConfigError
@@ -71,7 +76,8 @@ def start(
             if dashboard:
                 options["dashboard_host"] = settings.host
                 options["dashboard_port"] = settings.dashboard_port
-        ray.init(**options)
+        with _signal_handlers_kept():
+            ray.init(**options)
     serve.start(
         proxy_location=settings.proxy_location,
         http_options={"host": settings.host, "port": settings.port},
@@ -101,3 +107,68 @@ def _wait_healthy(url: str, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise ConfigError(f"the appliance did not become healthy at {url} in {timeout_s:.0f}s")
         time.sleep(0.5)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Ray's init replaces SIGINT and SIGTERM handlers (SIGTERM with one that aborts with a
+    stack dump): keep the process's own, so that Ctrl-C and `docker stop` still reach it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)
+
+
+def _stop_requested(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _already_stopping(signum, frame) -> None:
+    print("already stopping; wait a few seconds", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def foreground(config: AppConfig, **options) -> Iterator[Running]:
+    """The appliance run in the foreground of this process (`grounded up`, `make demo`):
+    Ctrl-C (SIGINT) or SIGTERM (as `docker stop` sends), at any point from the start on,
+    ends the ``with`` block; the application is then deleted and the local Ray that was started
+    is shut down, with no process left behind, and the block exits normally. A second signal
+    while stopping does not interrupt the stop. ``options`` go to ``start``."""
+    import ray
+
+    ray_was_running = ray.is_initialized()
+    kept = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop_requested)
+    running = None
+    try:
+        running = start(config, **options)
+        yield running
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _already_stopping)
+        print("stopping the appliance...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        if running is not None:
+            running.stop()
+        elif not ray_was_running and ray.is_initialized():
+            ray.shutdown()  # interrupted while starting: the Ray this process started
+        print(f"stopped in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)
+
+
+def wait_forever() -> None:
+    """Block until a stop signal ends the enclosing ``foreground`` block."""
+    while True:
+        time.sleep(3600)

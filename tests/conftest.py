@@ -18,6 +18,18 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "samples" / "corpus"
 
 
+def engine_environment(root: Path) -> dict[str, str]:
+    """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's caches
+    and sockets under ``root``, quiet engine logs."""
+    return {"RAY_AUTH_MODE": "disabled", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+            "VLLM_RPC_BASE_PATH": str(root), "VLLM_LOGGING_LEVEL": "ERROR"}  # fmt: skip
+
+
+def use_engine_environment(root: Path) -> None:
+    for name, value in engine_environment(root).items():
+        os.environ.setdefault(name, value)
+
+
 @pytest.fixture
 def corpus() -> Path:
     return CORPUS

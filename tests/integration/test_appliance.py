@@ -5,7 +5,6 @@ One Ray start serves every test of this module (they share the fixture and run i
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import urllib.request
@@ -15,7 +14,7 @@ import pytest
 
 from serve.config import load_config
 from serve.keys import KeyStore
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, use_engine_environment
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,13 +31,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
     root = tmp_path_factory.mktemp("appliance")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    for name, value in {
-        "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
-        "VLLM_RPC_BASE_PATH": str(root),
-        "VLLM_LOGGING_LEVEL": "ERROR",
-    }.items():
-        os.environ.setdefault(name, value)
+    use_engine_environment(root)
     text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3 + " yes no Yes No" * 50
     model = build_tiny_model(root / "tiny", text)
     fractional = {"num_cpus": 0.1, "max_ongoing_requests": 32}

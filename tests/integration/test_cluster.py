@@ -10,7 +10,6 @@ volume."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import openai
@@ -18,7 +17,7 @@ import pytest
 
 from serve.config import load_config
 from serve.keys import KeyStore
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, use_engine_environment
 from tests.integration.test_appliance import free_port
 from tests.tiny_model import build_tiny_model
 
@@ -31,11 +30,7 @@ def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     root = tmp_path_factory.mktemp("cluster")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    for name, value in {"VLLM_CACHE_ROOT": str(root / "vllm-cache"),
-                        "VLLM_RPC_BASE_PATH": str(root),
-                        "VLLM_LOGGING_LEVEL": "ERROR"}.items():  # fmt: skip
-        os.environ.setdefault(name, value)
+    use_engine_environment(root)
     model = build_tiny_model(root / "tiny", "\n".join(p.read_text() for p in CORPUS.rglob("*.md")))
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 2, "resources": {"head": 10}})  # fmt: skip

@@ -1,0 +1,146 @@
+"""The clients people point at Grounded, against the appliance with the real default model
+(so that answers carry citations): every object checked strictly against the `openai`
+package's types, and the Vercel AI SDK (pinned in tests/clients/js) driving chat, streaming
+and embeddings.
+
+The model is fetched into the repository's data directory the first time (as in
+test_default_model.py); `make setup` installs Node and the SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import urllib.parse
+
+import httpx
+import openai
+import pytest
+from openai.types import CreateEmbeddingResponse, FileDeleted, FileObject, Model
+from openai.types.chat import ChatCompletion
+
+from serve.config import load_config
+from serve.keys import KeyStore
+from serve.models import fetch, models_dir
+from tests.conftest import CORPUS, REPO, use_engine_environment
+from tests.integration.test_appliance import free_port
+from tests.openai_schema import chunk_conforms, conforms
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
+JS = REPO / "tests" / "clients" / "js"
+LEAVE = "How many days of paid annual leave do employees get per year?"
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clients")
+    use_engine_environment(root)
+    folder = models_dir(REPO / "data") / "qwen2.5-0.5b"
+    if not (folder / "config.json").is_file():
+        fetch("qwen2.5-0.5b", REPO / "data")
+    config = load_config(
+        REPO / "configs" / "cpu.yaml",
+        data_dir=root / "data",
+        generator={"model": str(folder), "max_tokens": 80,
+                   "engine_kwargs": {"kv_cache_memory_bytes": 512 * 2**20}},
+        serve={"port": free_port(), "metrics_port": free_port()},
+    )  # fmt: skip
+    _, secret = KeyStore(config.data_dir).create("acme", ["query", "ingest"])
+    from serve import up
+
+    running = up.start(config, dashboard=False, timeout_s=600, ray_options={"num_cpus": 2})
+    try:
+        api = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0, timeout=600)
+        for path in sorted((CORPUS / "acme").iterdir()):
+            api.files.create(file=(path.name, path.read_bytes()), purpose="assistants")
+        yield running.api_url, secret
+    finally:
+        running.stop()
+
+
+def raw(appliance) -> httpx.Client:
+    url, secret = appliance
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=600)
+
+
+def test_every_object_conforms_to_openais_types_with_real_citations(appliance):
+    with raw(appliance) as http:
+        conforms(Model, http.get("/models").json()["data"][0])
+        files = http.get("/files").json()["data"]
+        for item in files:
+            conforms(FileObject, item)
+        body = {"model": "grounded", "messages": [{"role": "user", "content": LEAVE}]}
+        completion = conforms(ChatCompletion, http.post("/chat/completions", json=body).json())
+        annotations = completion.choices[0].message.annotations
+        assert annotations, completion.choices[0].message.content  # the real model cites
+        text = completion.choices[0].message.content
+        for annotation in annotations:
+            cited = annotation.url_citation
+            assert 0 <= cited.start_index < cited.end_index <= len(text)
+            # The URL is the cited file's text; its fragment is the cited chunk.
+            path, fragment = cited.url.split("#char=")
+            start, end = map(int, fragment.split(","))
+            assert path.startswith(f"{appliance[0]}/files/") and path.endswith("/content")
+            document = http.get(urllib.parse.urlparse(path).path.removeprefix("/v1")).text
+            assert document[start:end].strip()
+            assert any(cited.title.startswith(f["filename"]) for f in files), cited.title
+        assert "27" in text
+        with http.stream("POST", "/chat/completions", json={**body, "stream": True,
+                         "stream_options": {"include_usage": True}}) as response:  # fmt: skip
+            events = [line.removeprefix("data: ") for line in response.iter_lines()
+                      if line.startswith("data: ")]  # fmt: skip
+        assert events[-1] == "[DONE]"
+        chunks = [chunk_conforms(json.loads(e)) for e in events[:-1]]
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        final = json.loads(events[-3])["choices"][0]["delta"]["annotations"]
+        assert streamed == text and final == [a.model_dump() for a in annotations]
+        vectors = http.post("/embeddings", json={"model": "grounded", "input": ["a", "b"]})
+        conforms(CreateEmbeddingResponse, vectors.json())
+        created = http.post("/files", files={"file": ("x.txt", b"A note about zebras.")})
+        conforms(FileObject, created.json())
+        conforms(FileDeleted, http.delete(f"/files/{created.json()['id']}").json())
+
+
+def test_openai_python_sync_and_async_read_the_citations(appliance):
+    url, secret = appliance
+    messages = [{"role": "user", "content": LEAVE}]
+    sync = openai.OpenAI(base_url=url, api_key=secret, max_retries=0, timeout=600)
+    message = sync.chat.completions.create(model="grounded", messages=messages).choices[0].message
+    assert message.annotations and message.annotations[0].type == "url_citation"
+
+    async def stream() -> tuple[str, list]:
+        client = openai.AsyncOpenAI(base_url=url, api_key=secret, max_retries=0, timeout=600)
+        text, annotations = "", []
+        async for chunk in await client.chat.completions.create(
+            model="grounded", messages=messages, stream=True
+        ):
+            delta = chunk.choices[0].delta
+            text += delta.content or ""
+            annotations += (delta.model_extra or {}).get("annotations") or []
+        return text, annotations
+
+    text, annotations = asyncio.run(stream())
+    assert text == message.content
+    assert annotations == [a.model_dump() for a in message.annotations]
+
+
+def test_vercel_ai_sdk_generates_streams_and_embeds_with_sources(appliance):
+    node = shutil.which("node", path=str(REPO / ".venv" / "bin")) or shutil.which("node")
+    if node is None or not (JS / "node_modules" / "ai").is_dir():
+        pytest.fail("Node and the AI SDK are not installed: `make setup` installs them")
+    url, secret = appliance
+    result = subprocess.run([node, str(JS / "ai_sdk.mjs"), url, secret, LEAVE],
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    for mode in ("generate", "stream"):
+        assert "27" in shown[mode]["text"], shown
+        assert shown[mode]["finishReason"] in ("stop", "length")
+        sources = shown[mode]["sources"]
+        assert sources and all(s["sourceType"] == "url" for s in sources), shown
+        assert all(s["url"].startswith(f"{url}/files/") and s["title"] for s in sources)
+    assert shown["stream"]["text"] == shown["generate"]["text"]
+    assert shown["generate"]["usage"]["inputTokens"] > 0
+    assert shown["embed"]["dimensions"] == [384, 384]

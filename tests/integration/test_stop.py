@@ -1,0 +1,115 @@
+"""`grounded up` stops cleanly: Ctrl-C (SIGINT to its process group, as a terminal sends) and
+SIGTERM (to the process alone, as `docker stop` sends), while serving or still starting, end
+it with exit code 0 within a deadline, and none of the processes it started survive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import CORPUS, engine_environment
+from tests.integration.test_appliance import free_port
+from tests.tiny_model import build_tiny_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+STOP_DEADLINE_S = 60
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md"))
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", text)
+
+
+def write_config(folder: Path, model: Path) -> tuple[Path, int]:
+    port = free_port()
+    fractional = {"num_cpus": 0.1}
+    config = {
+        "data_dir": str(folder / "data"),
+        "generator": {"model": str(model), "max_model_len": 1024, "max_tokens": 8,
+                      "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
+                                        "kv_cache_memory_bytes": 64 * 2**20}},
+        "serve": {"port": port, "metrics_port": free_port(), "dashboard_port": free_port(),
+                  "generator_threads": 1,
+                  "deployments": {name: fractional
+                                  for name in ("ingress", "embedder", "shards", "generator")}},
+    }  # fmt: skip
+    path = folder / "grounded.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, port
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def survivors(processes: list[psutil.Process]) -> list[str]:
+    alive = []
+    for process in processes:
+        try:  # is_running() also checks the creation time, so a reused pid is not counted
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{process.pid} {process.name()}")
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group", "when"),
+    [(signal.SIGINT, True, "serving"), (signal.SIGTERM, False, "serving"),
+     (signal.SIGINT, True, "starting")],
+    ids=["ctrl-c-serving", "sigterm-serving", "ctrl-c-starting"],
+)  # fmt: skip
+def test_up_stops_cleanly_on_a_signal(tiny, tmp_path, signum, to_group, when):
+    config, port = write_config(tmp_path, tiny)
+    env = {**os.environ, **engine_environment(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    grounded = Path(sys.executable).with_name("grounded")
+    process = subprocess.Popen(
+        [str(grounded), "up", "--config", str(config), "--no-dashboard"],  # options after `up`
+        env=env, cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            started = descendants(process.pid)
+            if healthy(port) if when == "serving" else any("raylet" in p.name() for p in started):
+                break
+            time.sleep(1)
+        assert process.poll() is None, process.communicate()[0]
+        started = descendants(process.pid)
+        assert started, "grounded up started no process"
+        if to_group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        output, _ = process.communicate(timeout=STOP_DEADLINE_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        time.sleep(1)
+        left = survivors(started)
+        for leftover in left:
+            os.kill(int(leftover.split()[0]), signal.SIGKILL)
+    assert process.returncode == 0, output
+    assert "stopped in" in output, output
+    assert left == [], f"processes left running: {left}\n{output}"
