@@ -734,15 +734,15 @@ def up(
 
     config: AppConfig = ctx.obj.config
     err.print("starting Ray and the Grounded application (the first start takes a minute)...")
-    try:
-        with appliance.foreground(config, address=address, dashboard=dashboard) as running:
-            out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
-                      f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
-            if running.dashboard_url:
-                out.print(f"dashboard  {running.dashboard_url}")
-            out.print(f"metrics    {running.metrics_url}")
-            out.print("keys       grounded keys create --tenant <tenant>   "
-                      "(Ctrl-C stops the appliance)")  # fmt: skip
-            appliance.wait_forever()
-    except GroundedError as exc:
-        _fail(exc)
+
+    def ready(running: appliance.Running) -> None:
+        out.print(f"API        {running.api_url}   (OpenAI-compatible; docs at "
+                  f"{running.api_url.removesuffix('/v1')}/docs)")  # fmt: skip
+        if running.dashboard_url:
+            out.print(f"dashboard  {running.dashboard_url}")
+        out.print(f"metrics    {running.metrics_url}")
+        out.print(
+            "keys       grounded keys create --tenant <tenant>   (Ctrl-C stops the appliance)"
+        )
+
+    _run(lambda: appliance.run_in_foreground(config, ready, address=address, dashboard=dashboard))

@@ -72,7 +72,8 @@ def main() -> None:
 
     config = load_config(args.config, data_dir=args.data_dir)
     print("== starting the appliance (Ray, embedder, shards, vLLM generator; about a minute)")
-    with up.foreground(config, dashboard=not args.once) as running:
+
+    def show(running: up.Running) -> None:
         keys = {tenant: KeyStore(config.data_dir).create(tenant, name="demo")[1]
                 for tenant in QUESTIONS}  # fmt: skip
         for tenant, key in keys.items():
@@ -90,7 +91,8 @@ def main() -> None:
             print(f"key ({tenant}) {key}")
         if not args.once:
             print("\nserving; try it with any OpenAI client. Ctrl-C stops.", flush=True)
-            up.wait_forever()
+
+    up.run_in_foreground(config, show, wait=not args.once, dashboard=not args.once)
 
 
 if __name__ == "__main__":

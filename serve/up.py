@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from index.errors import ConfigError
@@ -114,17 +114,24 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
-    """Ray's init replaces SIGINT and SIGTERM handlers (SIGTERM with one that aborts with a
-    stack dump): keep the process's own, so that Ctrl-C and `docker stop` still reach it."""
+    """Around ray.init. It replaces SIGINT and SIGTERM handlers (SIGTERM with one that aborts
+    with a stack dump): the process's own are put back, so that Ctrl-C and `docker stop` still
+    reach it. A stop signal that arrives meanwhile is held and delivered after init: ray.init
+    interrupted half-way leaves Ray's agent processes running with nobody to stop them."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     kept = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    held: list[int] = []
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
         for signum, handler in kept.items():
             signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _stop_requested(signum, frame) -> None:
@@ -135,13 +142,15 @@ def _already_stopping(signum, frame) -> None:
     print("already stopping; wait a few seconds", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def foreground(config: AppConfig, **options) -> Iterator[Running]:
-    """The appliance run in the foreground of this process (`grounded up`, `make demo`):
-    Ctrl-C (SIGINT) or SIGTERM (as `docker stop` sends), at any point from the start on,
-    ends the ``with`` block; the application is then deleted and the local Ray that was started
-    is shut down, with no process left behind, and the block exits normally. A second signal
-    while stopping does not interrupt the stop. ``options`` go to ``start``."""
+def run_in_foreground(
+    config: AppConfig, on_ready: Callable[[Running], None], *, wait: bool = True, **options
+) -> None:
+    """Run the appliance in the foreground of this process (`grounded up`, `make demo`): start
+    it, call ``on_ready`` with it, then (``wait``) serve until Ctrl-C (SIGINT) or SIGTERM (as
+    `docker stop` sends). A signal at any point, from the start on, stops it gracefully: the
+    application is deleted and the local Ray that was started is shut down, with no process
+    left behind, and this returns normally. A second signal does not interrupt the stop.
+    ``options`` go to ``start``."""
     import ray
 
     ray_was_running = ray.is_initialized()
@@ -151,7 +160,9 @@ def foreground(config: AppConfig, **options) -> Iterator[Running]:
     running = None
     try:
         running = start(config, **options)
-        yield running
+        on_ready(running)
+        while wait:
+            time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
@@ -166,9 +177,3 @@ def foreground(config: AppConfig, **options) -> Iterator[Running]:
         print(f"stopped in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
         for signum, handler in kept.items():
             signal.signal(signum, handler)
-
-
-def wait_forever() -> None:
-    """Block until a stop signal ends the enclosing ``foreground`` block."""
-    while True:
-        time.sleep(3600)
