@@ -281,6 +281,7 @@ def _extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, 
             }
             for s in answer.sources
         ],
+        "citations_written": answer.citations_written,
         "invalid_citations_removed": answer.invalid_citations_removed,
         "supported_share": answer.supported_share,
         "timings": answer.timings,

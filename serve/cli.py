@@ -521,6 +521,7 @@ def answer_json(tenant: str, question: str, answer) -> dict:
             for c in answer.cited
         ],
         "sources": [{"number": s.number, **dataclasses.asdict(s.hit)} for s in answer.sources],
+        "citations_written": answer.citations_written,
         "invalid_citations_removed": answer.invalid_citations_removed,
         "supported_share": answer.supported_share,
         "usage": dataclasses.asdict(answer.usage),

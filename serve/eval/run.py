@@ -91,9 +91,9 @@ class QuestionResult:
     ranked: list[str] = field(default_factory=list)  # documents, best first (top 10)
     answer: str | None = None
     abstained: bool | None = None
-    citations: int = 0
-    citations_valid: int = 0  # returned citations that point to a source in the prompt
-    model_citations_invalid: int = 0  # [n] the model wrote for sources it was not given
+    citations: int = 0  # sources the answer cites (after checking; inferred ones included)
+    model_citations: int = 0  # [n] the model wrote, before invalid ones were removed
+    model_citations_invalid: int = 0  # of those, [n] for sources it was not given
     inferred_citations: int = 0
     supported_share: float | None = None
     matched: bool | None = None
@@ -109,6 +109,7 @@ class AnswerView:
     abstained: bool
     citations: list[tuple[int, str, bool]]  # (number, chunk id, inferred)
     sources: set[tuple[int, str]]  # (number, chunk id) of every source in the prompt
+    written: int  # [n] the model wrote
     invalid_removed: int
     supported_share: float
     timings: dict[str, float]
@@ -120,6 +121,7 @@ class AnswerView:
             answer.abstained,
             [(c.source.number, c.source.hit.chunk_id, c.inferred) for c in answer.cited],
             {(s.number, s.hit.chunk_id) for s in answer.sources},
+            answer.citations_written,
             answer.invalid_citations_removed,
             answer.supported_share,
             answer.timings,
@@ -133,6 +135,7 @@ class AnswerView:
             extension["abstained"],
             [(c["number"], c["chunk_id"], c["inferred"]) for c in extension["citations"]],
             {(s["number"], s["chunk_id"]) for s in extension["sources"]},
+            extension["citations_written"],
             extension["invalid_citations_removed"],
             extension["supported_share"],
             extension["timings"],
@@ -209,9 +212,7 @@ class Evaluator:
         result.answer = answer.text
         result.abstained = answer.abstained
         result.citations = len(answer.citations)
-        result.citations_valid = sum(
-            (n, chunk) in answer.sources for n, chunk, _ in answer.citations
-        )
+        result.model_citations = answer.written
         result.model_citations_invalid = answer.invalid_removed
         result.inferred_citations = sum(inferred for _, _, inferred in answer.citations)
         result.supported_share = None if answer.abstained else answer.supported_share
@@ -238,20 +239,19 @@ def summarize(results: Sequence[QuestionResult]) -> dict[str, float | int | None
     unanswerable = [r for r in answered if not r.answerable]
     answerable = [r for r in answered if r.answerable]
     citations = sum(r.citations for r in answered)
-    model_written = sum(r.citations - r.inferred_citations for r in answered)
+    written = sum(r.model_citations for r in answered)
+    invalid = sum(r.model_citations_invalid for r in answered)
     summary |= {
         "answered": len(answered),
         "abstention_accuracy": mean(float(r.abstained) for r in unanswerable),
         "false_abstention_rate": mean(float(r.abstained) for r in answerable),
         "decision_accuracy": mean(float(r.abstained != r.answerable) for r in answered),
-        "citation_validity": sum(r.citations_valid for r in answered) / citations
-        if citations
-        else None,
+        # The model's own [n], before invalid numbers were removed from the answer.
+        "citation_validity": (written - invalid) / written if written else None,
+        "model_citations": written,
         "citations": citations,
-        "inferred_citation_share": (citations - model_written) / citations if citations else None,
-        "model_citation_validity": model_written
-        / (model_written + sum(r.model_citations_invalid for r in answered))
-        if model_written + sum(r.model_citations_invalid for r in answered)
+        "inferred_citation_share": sum(r.inferred_citations for r in answered) / citations
+        if citations
         else None,
         "faithfulness_proxy": mean(
             r.supported_share for r in answered if r.supported_share is not None

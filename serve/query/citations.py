@@ -50,6 +50,7 @@ class CheckedAnswer:
     cited: tuple[Citation, ...]  # in order of first citation
     statements: tuple[Statement, ...]
     invalid_removed: int
+    written: int = 0  # citation numbers the model wrote, valid or not
 
 
 SUPPORTED = 0.5  # a statement is "supported" when half its words are in its cited chunks
@@ -59,10 +60,13 @@ INFERRED_MIN_WORDS = 3
 
 def supported_share(statements: Sequence[Statement]) -> float:
     """Faithfulness proxy: share of the answer's statements (those with any content word) that
-    are supported by the chunks they cite; an uncited statement is unsupported. 1.0 for an
-    answer without statements."""
+    are supported by the chunks the model itself cited for them. An uncited statement is
+    unsupported, and so is one whose citation was only inferred: inference picks the chunk by
+    this same overlap, so counting it would make the proxy unable to fail. 1.0 for an answer
+    without statements."""
     counted = [s for s in statements if _words(s.text)]
-    return sum(s.support >= SUPPORTED for s in counted) / len(counted) if counted else 1.0
+    supported = sum(s.support >= SUPPORTED and not s.inferred for s in counted)
+    return supported / len(counted) if counted else 1.0
 
 
 def _words(text: str) -> set[str]:
@@ -109,12 +113,14 @@ class CitationFilter:
 
     def __init__(self, sources: Sequence[Source]) -> None:
         self.by_number = {source.number: source for source in sources}
+        self.written = 0
         self.invalid_removed = 0
         self._buffer = ""
 
     def _keep_valid(self, match: re.Match[str]) -> str:
         numbers = [int(n) for n in re.findall(r"\d+", match.group(1))]
         valid = [n for n in numbers if n in self.by_number]
+        self.written += len(numbers)
         self.invalid_removed += len(numbers) - len(valid)
         if not valid:
             return ""
@@ -169,4 +175,4 @@ def check_citations(text: str, sources: Sequence[Source]) -> CheckedAnswer:
         )
         for number, citers in citing.items()
     )
-    return CheckedAnswer(checked, cited, statements, citations.invalid_removed)
+    return CheckedAnswer(checked, cited, statements, citations.invalid_removed, citations.written)

@@ -71,6 +71,7 @@ class Answer:
     finish_reason: str | None = None
     statements: tuple[Statement, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    citations_written: int = 0  # [n] numbers the model wrote, before invalid ones were removed
 
     @property
     def supported_share(self) -> float:
@@ -350,6 +351,7 @@ class QueryPipeline:
             sources=prepared.sources,
             abstained=abstained,
             invalid_citations_removed=checked.invalid_removed,
+            citations_written=checked.written,
             usage=usage,
             finish_reason=last.finish_reason if last else None,
             statements=() if abstained else checked.statements,

@@ -239,7 +239,7 @@ def test_eval_runs_against_the_appliance_through_the_api(appliance, uploaded, tm
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["summary"]
     assert summary["answered"] == 3 and summary["with_relevance"] == 3
-    assert summary["recall@10"] > 0 and summary["citation_validity"] in (None, 1.0)
+    assert summary["recall@10"] > 0
 
 
 def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):

@@ -222,7 +222,6 @@ def test_eval_with_answers_on_the_real_engine(generator, loop, tmp_path, minilm)
     results = loop.run_until_complete(run_all())
     summary = summarize(results)
     assert summary["answered"] == 3 and summary["abstention_accuracy"] == 1.0  # the gate
-    assert summary["citation_validity"] in (None, 1.0)  # returned citations are prompt sources
     assert summary["recall@5"] == 1.0
     assert summary["total_s_p50"] > 0 and summary["first_token_s_p50"] > 0
     service.close()

@@ -84,6 +84,9 @@ def test_a_faithful_sentence_without_a_marker_gets_an_inferred_citation():
     leave, sick = checked.cited
     assert leave.source.number == 1 and leave.inferred
     assert sick.source.number == 2 and not sick.inferred
+    # An inferred citation was chosen by the same overlap: it never counts as supported.
+    assert supported_share(checked.statements[:1]) == 0.0
+    assert checked.written == 1
 
 
 def test_weak_or_short_uncited_sentences_are_not_attributed():
