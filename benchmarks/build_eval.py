@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.splits import split_of
 from benchmarks.wiki import articles
 
 HERE = Path(__file__).resolve().parent / "eval"
@@ -119,6 +120,7 @@ def build(language: str) -> tuple[list[str], list[dict]]:
     for number, question in enumerate(questions, start=1):
         question["id"] = f"{language}-{number:04d}"
         question["language"] = language
+        question["split"] = split_of(question["id"])
     return corpus, questions
 
 

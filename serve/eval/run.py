@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -39,6 +39,7 @@ class EvalQuestion(BaseModel):
     relevant_doc_ids: list[str] = []
     answer_contains: list[str] = []
     answerable: bool = True
+    split: Literal["dev", "test"] | None = None  # tuned on dev, reported on test
 
     @model_validator(mode="after")
     def _consistent(self) -> EvalQuestion:

