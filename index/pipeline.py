@@ -21,6 +21,7 @@ from index.config import LoaderLimits
 from index.embedding import DocumentEmbedder
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
 from index.loaders import SUPPORTED_EXTENSIONS, load_document
+from index.screening import find_instructions
 from index.store.shard import Manifest, PreparedDocument, TenantShard
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class IngestResult:
     chunks: int = 0
     reason: str | None = None
     refusal_status: int | None = None  # HTTP status of the refusal (413, 415, 400, 404)
+    flagged: int = 0  # instruction-like passages found (withheld from prompts)
 
     def json(self) -> dict:
         """The stable JSON shape (`grounded ingest --json`)."""
@@ -175,6 +177,7 @@ class IngestPipeline:
             chunks,
             vectors,
             dict(source.attributes),
+            tuple(find_instructions(document.text)),
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:
@@ -189,7 +192,15 @@ class IngestPipeline:
             offset += count
         statuses = self.shard.write_documents(embedded)
         return [
-            IngestResult(p.source, p.document.file_name, status, p.doc_id, p.version, len(p.chunks))
+            IngestResult(
+                p.source,
+                p.document.file_name,
+                status,
+                p.doc_id,
+                p.version,
+                len(p.chunks),
+                flagged=len(p.flagged),
+            )
             for p, status in zip(embedded, statuses, strict=True)
         ]
 

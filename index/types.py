@@ -78,6 +78,8 @@ class DocumentRecord:
     created_at: str
     updated_at: str
     attributes: dict[str, str] = field(default_factory=dict)
+    # Instruction-like passages found at ingest (index/screening.py): withheld from prompts.
+    flagged: tuple[tuple[int, int, str], ...] = ()  # (start, end, reason) in the text
 
 
 @dataclass(frozen=True, slots=True)

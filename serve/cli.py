@@ -165,7 +165,9 @@ def ingest(
             if r.status == "refused":
                 err.print(f"refused  {r.source}: {r.reason}")
             elif r.status != "unchanged":
-                out.print(f"{r.status:<9}{r.file_name}  ({r.chunks} chunks, {r.doc_id})")
+                flagged = (f"; {r.flagged} instruction-like passage(s) withheld from answers, "
+                           "see `grounded docs`") if r.flagged else ""  # fmt: skip
+                out.print(f"{r.status:<9}{r.file_name}  ({r.chunks} chunks, {r.doc_id}{flagged})")
         out.print(", ".join(f"{n} {s}" for s, n in counts.items()))
     if counts["refused"]:
         raise typer.Exit(1)
@@ -230,16 +232,22 @@ def search(
 @app.command()
 def docs(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
     """List a tenant's documents."""
-    records = _run(lambda: ctx.obj.index().shard(tenant).list_documents())
+    shard = _run(lambda: ctx.obj.index().shard(tenant))
+    records = shard.list_documents()
     if as_json:
         _print_json({"tenant": tenant, "documents": [dataclasses.asdict(r) for r in records]})
         return
-    table = _table("doc id", "file", "type", "version", "chunks", "updated", whole=("doc id",))
+    table = _table("doc id", "file", "type", "version", "chunks", "flagged", "updated",
+                   whole=("doc id",))  # fmt: skip
     for r in records:
-        table.add_row(
-            r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count), r.updated_at
-        )
+        table.add_row(r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count),
+                      str(len(r.flagged)), r.updated_at)  # fmt: skip
     out.print(table)
+    for r in (r for r in records if r.flagged):
+        text = shard.document_text(r.doc_id)
+        err.print(f"{r.file_name}: withheld from answers as instruction-like text:")
+        for start, end, reason in r.flagged:
+            err.print(f"  [{start}:{end}] ({reason}) {text[start:end][:200]!r}")
 
 
 @app.command()

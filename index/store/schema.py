@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS documents (
     byte_count   INTEGER NOT NULL,
     page_count   INTEGER,
     attributes   TEXT NOT NULL DEFAULT '{}',
+    flags        TEXT NOT NULL DEFAULT '[]', -- JSON: [[start, end, reason], ...] instruction-like
     created_at   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );

@@ -25,6 +25,7 @@ import numpy as np
 from index.config import VectorIndexConfig
 from index.embedding import validate_vectors
 from index.errors import DocumentNotFoundError, EmbedderMismatchError
+from index.screening import FlaggedPassage, find_instructions
 from index.store.schema import BM25_WEIGHTS, SCHEMA, SCHEMA_VERSION, fts_query
 from index.store.vectors import VectorIndex
 from index.types import Block, Chunk, Document, DocumentRecord, SearchHit
@@ -61,6 +62,7 @@ class PreparedDocument:
     chunks: Sequence[Chunk]
     vectors: np.ndarray
     attributes: dict[str, str] = field(default_factory=dict)
+    flagged: Sequence[FlaggedPassage] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,7 @@ class TenantShard:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(SCHEMA)
+            _add_flags_column(db)
             self._db = db
             if self._check_manifest(adopt_manifest):
                 self._sync_vectors()
@@ -302,8 +305,8 @@ class TenantShard:
         blocks = [[b.start, b.end, b.kind, list(b.heading_path), b.page] for b in doc.blocks]
         db.execute(
             "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
-            " text, blocks, byte_count, page_count, attributes, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item.doc_id,
                 item.source,
@@ -318,6 +321,7 @@ class TenantShard:
                 json.dumps(item.attributes, sort_keys=True),
                 created_at or now,
                 now,
+                _flags_json(item.flagged),
             ),
         )
         return _insert_chunks(db, doc.file_name, item.chunks, vectors)
@@ -494,7 +498,7 @@ class TenantShard:
 _DOC_COLUMNS = (
     "d.doc_id, d.source, d.file_name, d.media_type, d.content_hash, d.version,"
     " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
-    " d.page_count, d.created_at, d.updated_at, d.attributes"
+    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags"
 )
 
 
@@ -504,7 +508,29 @@ def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
 
 
 def _record(row: tuple) -> DocumentRecord:
-    return DocumentRecord(*row[:-1], attributes=json.loads(row[-1]))
+    flagged = tuple((start, end, reason) for start, end, reason in json.loads(row[-1]))
+    return DocumentRecord(*row[:-2], attributes=json.loads(row[-2]), flagged=flagged)
+
+
+def _flags_json(flagged: Sequence[FlaggedPassage]) -> str:
+    return json.dumps([[f.start, f.end, f.reason] for f in flagged])
+
+
+def _add_flags_column(db: sqlite3.Connection) -> None:
+    """Shards written before instruction screening: add the column and screen every stored
+    document once (idempotent)."""
+    if "flags" in {row[1] for row in db.execute("PRAGMA table_info(documents)")}:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("ALTER TABLE documents ADD COLUMN flags TEXT NOT NULL DEFAULT '[]'")
+        for doc_id, text in db.execute("SELECT doc_id, text FROM documents").fetchall():
+            flags = _flags_json(find_instructions(text))
+            db.execute("UPDATE documents SET flags = ? WHERE doc_id = ?", (flags, doc_id))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _replace_score(hit: SearchHit, *, dense: float | None = None, bm25: float | None = None):
