@@ -24,8 +24,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
+from benchmarks.build_eval import HERE, document, file_names, write_corpus  # noqa: E402
 from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
+from benchmarks.wiki import articles  # noqa: E402
+from index.pipeline import discover  # noqa: E402
 from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.eval.run import Evaluator, load_questions, summarize  # noqa: E402
@@ -52,14 +54,40 @@ class TimedReranker:
         return scores
 
 
-async def measure(service, language, config: QueryConfig, questions, reranker=None) -> dict:
+async def measure(service, tenant, config: QueryConfig, questions, reranker=None) -> dict:
     pipeline = QueryPipeline(LocalSearcher(service), None, config, reranker)
-    evaluator = Evaluator(pipeline, f"wiki-{language}", answers=False)
+    evaluator = Evaluator(pipeline, tenant, answers=False)
     return summarize([await evaluator.evaluate(q) for q in questions])
 
 
 def cells(summary: dict) -> str:
     return " | ".join(f"{summary[m]:.3f}" for m in METRICS)
+
+
+def build_full_tenant(service: IndexService, language: str, questions):
+    """Every summary of the language as a tenant; the questions' relevant files renamed to the
+    full corpus's file names (matched by article title)."""
+    every = {a["title"]: a for a in articles(language)}
+    names = file_names(sorted(every))
+    folder = CACHE / f"corpus-{language}-full"
+    folder.mkdir(parents=True, exist_ok=True)
+    for title, name in names.items():
+        if not (folder / name).exists():
+            (folder / name).write_text(document(every[title]), encoding="utf-8")
+    tenant = f"wiki-{language}-full"
+    files, _ = discover([folder])
+    started = time.perf_counter()
+    list(service.pipeline(tenant).ingest(files))
+    print(f"{language}: {len(files)} documents in {time.perf_counter() - started:.0f}s",
+          file=sys.stderr)  # fmt: skip
+    sample = CACHE / f"corpus-{language}"
+    write_corpus(language, sample)
+    title_of = {p.name: p.read_text(encoding="utf-8").split("\n", 1)[0].removeprefix("# ")
+                for p in sample.glob("*.md")}  # fmt: skip
+    renamed = [q.model_copy(update={"relevant_files": [names[title_of[f]]
+                                                        for f in q.relevant_files]})
+               for q in questions]  # fmt: skip
+    return tenant, renamed
 
 
 async def main() -> None:
@@ -68,6 +96,10 @@ async def main() -> None:
     parser.add_argument("--languages", default="en,fr")
     parser.add_argument("--max-tokens", default="128,256", help="judge truncation(s)")
     parser.add_argument("--candidates", type=int, default=20, help="candidates the judge reads")
+    parser.add_argument("--full", action="store_true",
+                        help="search every summary of the language (about 10,000 in English), "
+                        "not the 2,000-article sample: the answering article among more "
+                        "distractors")  # fmt: skip
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
@@ -75,8 +107,12 @@ async def main() -> None:
     assert judge_folder == models_dir(ROOT / "data") / JUDGE
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; config {args.config}")
     for language in args.languages.split(","):
-        build_tenant(service, language)
         every = [q for q in load_questions(HERE / f"human-{language}.jsonl") if q.relevant]
+        tenant = f"wiki-{language}"
+        if args.full:
+            tenant, every = build_full_tenant(service, language, every)
+        else:
+            build_tenant(service, language)
         halves = {name: [q for q in every if q.split == name] for name in ("dev", "test")}
         print(f"\n### {language}: {len(halves['dev'])} dev + {len(halves['test'])} test "
               "human-written questions\n")  # fmt: skip
@@ -88,7 +124,7 @@ async def main() -> None:
         variants |= {f"hybrid weighted {w}": QueryConfig(dense_weight=w) for w in WEIGHTS}
         dev_mrr = {}
         for name, variant in variants.items():
-            dev, test = [await measure(service, language, variant, halves[h]) for h in halves]
+            dev, test = [await measure(service, tenant, variant, halves[h]) for h in halves]
             dev_mrr[name] = dev["mrr@10"]
             print(f"| {name} | {cells(dev)} | {cells(test)} |", flush=True)
         best = max((n for n in variants if n.startswith("hybrid weighted")), key=dev_mrr.get)
@@ -100,7 +136,7 @@ async def main() -> None:
                 rerank = RerankConfig(backend="cross-encoder", model=str(judge_folder),
                                       candidates=args.candidates)  # fmt: skip
                 variant = variants[base].model_copy(update={"rerank": rerank})
-                dev, test = [await measure(service, language, variant, halves[h], judge)
+                dev, test = [await measure(service, tenant, variant, halves[h], judge)
                              for h in halves]  # fmt: skip
                 p50 = statistics.median(judge.seconds)
                 print(f"| {base} + judge ({args.candidates} candidates, {max_tokens} tokens; "

@@ -26,6 +26,7 @@ from serve.query.citations import (
 )
 from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, is_not_found, not_found_message
+from serve.query.language import detect_language
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
 from serve.query.rerank import RerankConfig, Reranker, build_reranker, rerank
 from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
@@ -198,7 +199,17 @@ class QueryPipeline:
             cache_salt(tenant),
         )
         watch.lap("rerank")
+        if options.gate and self._judge_gates(query):
+            reranked = [h for h in reranked if h.rerank_score >= config.rerank.min_score]
         return reranked[:top_k]
+
+    def _judge_gates(self, query: str) -> bool:
+        """The judge gate applies: a threshold is set, and the question's language is one the
+        judge was measured to separate (benchmarks/RESULTS.md)."""
+        rerank = self.config.rerank
+        if rerank.min_score is None:
+            return False
+        return rerank.gate_languages is None or detect_language(query) in rerank.gate_languages
 
     async def prepare(
         self,

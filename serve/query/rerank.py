@@ -38,6 +38,16 @@ class RerankConfig(BaseModel):
     batch_size: int = Field(16, gt=0)
     candidates: int = Field(20, gt=0, description="Gated candidates given to the reranker.")
     top_n: int | None = Field(None, gt=0, description="Results kept (default: query.top_k).")
+    min_score: float | None = Field(
+        None,
+        description="Judge gate: candidates scored below it are dropped, and with none left "
+        "the answer is 'not found' without calling the generator. None: no judge gate.",
+    )
+    gate_languages: list[str] | None = Field(
+        None,
+        description="Questions in these languages (ISO 639-1) are gated by the judge; others "
+        "keep the similarity gate alone. None: every language.",
+    )
 
 
 class Reranker(Protocol):

@@ -250,3 +250,38 @@ def test_a_prompt_budget_trims_sources_and_names_itself_when_nothing_fits(servic
     with pytest.raises(ContextLengthError, match=r"your budget \(max_prompt_tokens 20 \+"):
         run(pipeline, "acme", question, max_tokens=10,
             options=QueryOptions(max_prompt_tokens=20))  # fmt: skip
+
+
+class WordJudge:
+    """A reranker that scores a passage by whether it holds a given word (a stand-in judge)."""
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+
+    async def scores(self, query, passages, cache_salt=""):
+        return [5.0 if self.word in p else -5.0 for p in passages]
+
+
+def judged(min_score: float, languages=None) -> QueryConfig:
+    rerank = RerankConfig(backend="cross-encoder", model="unused", min_score=min_score,
+                          gate_languages=languages)  # fmt: skip
+    return QueryConfig(min_dense_score=0.0, rerank=rerank)
+
+
+def test_the_judge_gate_keeps_only_judged_sources_and_abstains_without_any(service):
+    generator = ScriptedGenerator("Annual leave is 27 days [1].")
+    pipeline = QueryPipeline(LocalSearcher(service), generator, judged(0.0), WordJudge("27"))
+    answer = run(pipeline, "acme", "annual leave days")
+    assert [s.hit.file_name for s in answer.sources] == ["leave.txt"]  # the pump is dropped
+    nothing = QueryPipeline(LocalSearcher(service), generator, judged(0.0), WordJudge("zebra"))
+    calls = len(generator.calls)
+    answer = run(nothing, "acme", "annual leave days")
+    assert answer.abstained and answer.sources == () and len(generator.calls) == calls
+
+
+def test_the_judge_gate_applies_only_to_the_languages_it_was_measured_on(service):
+    generator = ScriptedGenerator("Le congé annuel est de 27 jours [1].")
+    english_only = judged(0.0, ["en"])
+    pipeline = QueryPipeline(LocalSearcher(service), generator, english_only, WordJudge("zebra"))
+    assert not run(pipeline, "acme", "Combien de jours de congé annuel par an ?").abstained
+    assert run(pipeline, "acme", "How many days of annual leave per year?").abstained

@@ -1,0 +1,106 @@
+"""Abstaining on judged relevance: for the human-written questions (answerable and not), the
+best judge score among the retrieved candidates, against the best dense (cosine) score that the
+current evidence gate uses. A threshold is chosen on the dev half (the most unanswerable
+questions turned away while at most --max-false of the answerable ones are) and reported on
+the held-out (test) half, per language.
+
+    .venv/bin/python benchmarks/judge_gate.py [--languages en,fr] [--max-false 0.10]
+
+Uses the tenants that human_retrieval.py / retrieval_quality.py build (benchmarks/.cache/eval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.build_eval import HERE  # noqa: E402
+from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
+from index.service import IndexService  # noqa: E402
+from serve.config import load_config  # noqa: E402
+from serve.eval.run import load_questions  # noqa: E402
+from serve.models import fetch  # noqa: E402
+from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
+from serve.query.rerank import OnnxCrossEncoderReranker  # noqa: E402
+from serve.query.retrieval import LocalSearcher  # noqa: E402
+
+
+def choose(scores: list[tuple[float, bool]], max_false: float) -> float:
+    """The threshold turning away the most unanswerable questions while at most ``max_false``
+    of the answerable ones fall below it (score < threshold means abstain)."""
+    best, best_caught = min(s for s, _ in scores), -1.0
+    for threshold in sorted({s for s, _ in scores} | {max(s for s, _ in scores) + 1e-6}):
+        caught, lost = rates(scores, threshold)
+        if lost <= max_false and caught > best_caught:
+            best, best_caught = threshold, caught
+    return best
+
+
+def rates(scores: list[tuple[float, bool]], threshold: float) -> tuple[float, float]:
+    """(share of unanswerable turned away, share of answerable turned away)."""
+    unanswerable = [s for s, answerable in scores if not answerable]
+    answerable = [s for s, ok in scores if ok]
+    return (sum(s < threshold for s in unanswerable) / len(unanswerable),
+            sum(s < threshold for s in answerable) / len(answerable))  # fmt: skip
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
+    parser.add_argument("--languages", default="en,fr")
+    parser.add_argument("--max-false", type=float, default=0.10)
+    parser.add_argument("--candidates", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=256, help="judge truncation")
+    args = parser.parse_args()
+    config = load_config(Path(args.config), data_dir=CACHE / "data")
+    service = IndexService(config.index, config.data_dir).start()
+    judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
+                                     32, args.max_tokens).start()  # fmt: skip
+    pipeline = QueryPipeline(LocalSearcher(service), None, config.query)
+    print(
+        "| language | signal | threshold (dev) | dev: unanswerable turned away | dev: answerable "
+        "turned away | test: unanswerable turned away | test: answerable turned away |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for language in args.languages.split(","):
+        build_tenant(service, language)
+        questions = load_questions(HERE / f"human-{language}.jsonl")
+        signals: dict[str, dict[str, list[tuple[float, bool]]]] = {}
+        seconds = []
+        for q in questions:
+            options = QueryOptions(top_k=args.candidates, gate=False)
+            hits = await pipeline.retrieve(f"wiki-{language}", q.question, options)
+            started = time.perf_counter()
+            judged = await judge.scores(q.question, [h.text for h in hits]) if hits else []
+            seconds.append(time.perf_counter() - started)
+            dense = max((h.dense_score for h in hits if h.dense_score is not None), default=-1.0)
+            for name, value in (("judge", max(judged, default=-99.0)), ("dense", dense)):
+                signals.setdefault(name, {}).setdefault(q.split, []).append((value, q.answerable))
+        for name, halves in signals.items():
+            threshold = choose(halves["dev"], args.max_false)
+            dev, test = rates(halves["dev"], threshold), rates(halves["test"], threshold)
+            print(f"| {language} | max {name} score | {threshold:.3f} | {dev[0]:.2f} | {dev[1]:.2f}"
+                  f" | {test[0]:.2f} | {test[1]:.2f} |", flush=True)  # fmt: skip
+        current = config.query.min_dense_score
+        dev, test = (
+            rates(signals["dense"]["dev"], current),
+            rates(signals["dense"]["test"], current),
+        )
+        print(f"| {language} | max dense score (shipped gate) | {current:.3f} | {dev[0]:.2f} | "
+              f"{dev[1]:.2f} | {test[0]:.2f} | {test[1]:.2f} |")  # fmt: skip
+        print(f"<!-- {language}: judge p50 {statistics.median(seconds):.2f} s for "
+              f"{args.candidates} candidates -->", flush=True)  # fmt: skip
+    service.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
