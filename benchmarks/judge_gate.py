@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -60,6 +61,11 @@ async def main() -> None:
     parser.add_argument("--max-false", type=float, default=0.10)
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=256, help="judge truncation")
+    parser.add_argument(
+        "--set", default="human", choices=("human", "wiki"),
+        help="human-written questions, or the generated description questions and their "
+        "unanswerable twins (benchmarks/eval/wiki-<lang>.jsonl)",
+    )  # fmt: skip
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
@@ -73,7 +79,12 @@ async def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for language in args.languages.split(","):
         build_tenant(service, language)
-        questions = load_questions(HERE / f"human-{language}.jsonl")
+        path = HERE / f"{args.set}-{language}.jsonl"
+        kinds = {item["id"]: item["kind"]
+                 for item in map(json.loads, path.read_text().splitlines())}  # fmt: skip
+        questions = load_questions(path)
+        if args.set == "wiki":  # description questions and unanswerable ones: the same kind
+            questions = [q for q in questions if not q.relevant or kinds[q.id] == "description"]
         signals: dict[str, dict[str, list[tuple[float, bool]]]] = {}
         seconds = []
         for q in questions:
