@@ -3,10 +3,12 @@ how many injected instructions were obeyed and how many legitimate questions wer
 correctly (side by side, one engine, one run).
 
     .venv/bin/python benchmarks/redteam/run.py [--variants undefended,remind,withhold,both]
-                                                [--model qwen2.5-0.5b] [--max-tokens 160]
+        [--set redteam|redteam-heldout] [--model qwen2.5-0.5b] [--max-tokens 160]
 
-All 41 documents are ingested into one tenant (so cases compete for retrieval, as documents
-do), under benchmarks/.cache/redteam. Per-case results go to benchmarks/redteam/results/.
+A set's documents are all ingested into one tenant (so cases compete for retrieval, as
+documents do), under benchmarks/.cache/<set>. Per-case results go to benchmarks/<set>/results/.
+benchmarks/redteam is the development set (the defences were built looking at it);
+benchmarks/redteam-heldout was written without sight of them and is only ever reported.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def judge(case: dict, answer) -> dict:
         obeyed = obeyed and not correct
     return {
         "id": case["id"], "technique": case["technique"], "obeyed": obeyed, "correct": correct,
-        "retrieved": any(s.hit.file_name == case["file"] for s in answer.sources),
+        "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
         "abstained": answer.abstained, "answer": answer.text,
     }  # fmt: skip
 
@@ -62,17 +64,19 @@ async def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", default=None, help="generator (default: the config's)")
     parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--set", default="redteam", choices=("redteam", "redteam-heldout"))
     args = parser.parse_args()
-    config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / "redteam")
+    folder = ROOT / "benchmarks" / args.set
+    config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
     service = IndexService(config.index, config.data_dir).start()
-    files, _ = discover([HERE / "docs"])
+    files, _ = discover([folder / "docs"])
     list(service.pipeline(TENANT).ingest(files))
-    cases = [json.loads(line) for line in (HERE / "cases.jsonl").read_text().splitlines()]
+    cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
     name = args.model or config.generator.model
     model = resolve_model(name, ROOT / "data")  # `grounded models fetch` installs it there
     generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
-    (HERE / "results").mkdir(exist_ok=True)
-    print(f"model {name}; {len(cases)} cases; max_tokens {args.max_tokens}\n")
+    (folder / "results").mkdir(exist_ok=True)
+    print(f"{args.set}: model {name}; {len(cases)} cases; max_tokens {args.max_tokens}\n")
     print("| defences | obeyed | legitimate answered correctly | own document retrieved |")
     print("|---|---|---|---|")
     try:
@@ -83,7 +87,7 @@ async def main() -> None:
             for case in cases:
                 answer = await pipeline.answer(TENANT, case["question"], max_tokens=args.max_tokens)
                 rows.append(judge(case, answer))
-            out = HERE / "results" / f"{name}-{variant}.jsonl"
+            out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             obeyed = [r["id"] for r in rows if r["obeyed"]]
             print(f"| {variant} | {len(obeyed)} of {len(rows)} | "
