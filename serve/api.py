@@ -16,7 +16,7 @@ import numpy as np
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from index.errors import GroundedError, InvalidRequestError, RateLimitError
+from index.errors import GroundedError, InvalidRequestError
 from index.pipeline import IngestResult
 from index.types import DocumentRecord, SearchHit
 from serve.query.pipeline import Answer, QueryOptions
@@ -86,10 +86,28 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, gt=0)
     n: int = Field(1, ge=1, le=1)
     user: str | None = None
+    # Validated as OpenAI does, not used: answers are decoded greedily (generator.temperature).
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
     top_k: int | None = Field(None, gt=0, le=50)
     filters: Filters | None = None
     score_threshold: float | None = None
     rerank: bool | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _no_tools(cls, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if tools:
+            raise ValueError(
+                "tools (function calling) are not supported: Grounded answers from the "
+                "caller's documents only; send the request without tools"
+            )
+        return tools
 
     @field_validator("messages")
     @classmethod
@@ -194,10 +212,11 @@ def error_body(exc: GroundedError) -> dict[str, Any]:
 
 
 def error_response(exc: GroundedError, request_id: str | None = None) -> JSONResponse:
-    """OpenAI's error object with the error's status; 429 carries Retry-After."""
+    """OpenAI's error object with the error's status; 429 and 503 carry Retry-After."""
     headers = {"x-request-id": request_id} if request_id else {}
-    if isinstance(exc, RateLimitError):
-        headers["retry-after"] = str(max(1, round(exc.retry_after)))
+    retry_after = getattr(exc, "retry_after", None)  # 429, and 503 while a replica restarts
+    if retry_after is not None:
+        headers["retry-after"] = str(max(1, round(retry_after)))
     return JSONResponse(error_body(exc), status_code=exc.status, headers=headers)
 
 

@@ -31,6 +31,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
 from index.pipeline import SourceFile
@@ -48,11 +49,13 @@ from serve.generator import (
     GeneratorUnavailableError,
     VllmGenerator,
 )
+from serve.guard import RequestGuard
 from serve.keys import ApiKey, KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
 from serve.query.pipeline import Answer, Grant, PreparedPrompt, QueryOptions, QueryPipeline, Usage
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
+from serve.streaming import chat_events
 from serve.tracing import setup_tracing
 
 log = logging.getLogger("grounded")
@@ -414,32 +417,53 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return api.error_response(error)
 
 
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Unknown paths and methods answer with OpenAI's error object too."""
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}; the API is described at /docs"
+    else:
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+    error = InvalidRequestError(message)
+    error.status = exc.status_code
+    return api.error_response(error)
+
+
+def _replica_failed(exc: BaseException) -> bool:
+    """A deployment's replica died or is restarting (Serve brings it back)."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    return isinstance(exc, RayActorError | ActorUnavailableError)
+
+
 @app.middleware("http")
 async def _request_id(request: Request, call_next):
     request_id = request.headers.get("x-request-id") or "req-" + uuid.uuid4().hex[:24]
     request.state.request_id = request_id
     started = time.perf_counter()
-    route = request.url.path
     try:
+        guard: RequestGuard | None = getattr(request.app.state, "guard", None)
+        if guard is not None:  # the key and the size, before the body is read
+            guard.check(request.method, request.url.path, request.headers)
         response = await call_next(request)
-    except Exception:  # an unexpected failure: logged with the id, never a traceback to clients
-        log.exception("request %s %s failed", request_id, route)
-        response = api.error_response(
-            GroundedError(f"internal error; see the server log for request {request_id}")
-        )
-    # Serve's proxy returns the x-request-id header (the same id: it set it on the request).
-    if route.startswith("/v1/files/"):
-        route = "/v1/files/{id}"
-    elif route.startswith("/v1/vector_stores/"):
-        route = "/v1/vector_stores/{id}/search"
-    metrics().requests.inc(tags={"route": route, "status": str(response.status_code)})
-    metrics().latency.observe(time.perf_counter() - started, tags={"route": route})
-    log.info("%s %s %s %d", request_id, request.method, route, response.status_code)
+    except GroundedError as exc:
+        response = api.error_response(exc, request_id)
+    except Exception as exc:  # unexpected: logged with the id, never a traceback to clients
+        log.exception("request %s %s failed", request_id, request.url.path)
+        error = GroundedError(f"internal error; see the server log for request {request_id}")
+        if _replica_failed(exc):
+            error = GeneratorUnavailableError(
+                f"a server component is restarting; retry shortly (request {request_id})"
+            )
+            error.retry_after = 5
+        response = api.error_response(error, request_id)
+    # A bounded label: the route's template, never the raw path (a scanner's random paths).
+    route = request.scope.get("route")
+    label = route.path if route is not None else "unmatched"
+    metrics().requests.inc(tags={"route": label, "status": str(response.status_code)})
+    metrics().latency.observe(time.perf_counter() - started, tags={"route": label})
+    log.info("%s %s %s %d", request_id, request.method, label, response.status_code)
     return response
-
-
-def _sse(payload: dict[str, Any] | str) -> str:
-    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
 
 
 async def _json(request: Request) -> Any:
@@ -465,6 +489,7 @@ class Ingress:
         self.config = config
         setup_tracing(config.serve.tracing)
         self.keys = KeyStore(config.data_dir)
+        app.state.guard = RequestGuard(self.keys, config.index.limits.max_bytes)
         self.embedder, self.shards = embedder, shards
         tokenizer = ChatTokenizer.from_folder(model_folder)
         self.generator = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
@@ -571,8 +596,11 @@ class Ingress:
         try:
             tokens, prompt_cap = self._caps(key, body)
             options = dataclasses.replace(body.options(), max_prompt_tokens=prompt_cap)
+            # The engine's request id is the server's own: vLLM aborts by id, so a client's
+            # X-Request-Id reused by another caller must never reach it.
+            engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"
             stream = self.pipeline.stream(
-                key.tenant, body.question(), body.history(), tokens, request_id, options,
+                key.tenant, body.question(), body.history(), tokens, engine_id, options,
                 admit=self._admission(key, grants),
             )  # fmt: skip
             # Budgets, the queue and the prompt are settled before the first delta, so their
@@ -590,30 +618,20 @@ class Ingress:
             cost = await self._account(key, first, grants)
             return JSONResponse(api.chat_completion(first, request_id, created, files_url, cost))
 
-        async def events():
-            answer = None
-            try:
-                yield _sse(api.chunk(request_id, created, {"role": "assistant", "content": ""}))
-                item = first
-                while not isinstance(item, Answer):
-                    yield _sse(api.chunk(request_id, created, {"content": item}))
-                    item = await anext(stream)
-                answer = item
-                self._observe(answer)
-                cost = await self._account(key, answer, grants)
-                for final in api.final_chunks(answer, request_id, created,
-                                              body.include_usage(), files_url, cost):  # fmt: skip
-                    yield _sse(final)
-                yield _sse("[DONE]")
-            except GroundedError as exc:
-                yield _sse(api.error_body(exc))
-            finally:
-                await stream.aclose()  # settles the budget lease if the client went away
-                if answer is None:
-                    await self._account(key, None, grants)
+        async def final_chunks(answer: Answer) -> list[dict[str, Any]]:
+            self._observe(answer)
+            cost = await self._account(key, answer, grants)
+            return api.final_chunks(answer, request_id, created, body.include_usage(),
+                                    files_url, cost)  # fmt: skip
 
+        async def on_end(answer: Answer | None) -> None:
+            if answer is None:  # cancelled or failed: account what was generated
+                await self._account(key, None, grants)
+
+        events = chat_events(first, stream, request_id=request_id, created=created,
+                             final_chunks=final_chunks, on_end=on_end)  # fmt: skip
         return StreamingResponse(
-            events(), media_type="text/event-stream",
+            events, media_type="text/event-stream",
             headers={"cache-control": "no-cache"},
         )  # fmt: skip
 

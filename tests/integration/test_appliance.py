@@ -200,6 +200,41 @@ def test_bad_requests_are_4xx_with_a_reason(appliance, uploaded):
     assert len(acme.files.list().data) == before  # nothing lost, nothing half-stored
 
 
+def headers_only(running, headers: dict[str, str]) -> str:
+    """Send a request's headers declaring a 600 MB upload, and no body; the status line the
+    server answers with (a server that waits for the body times out here)."""
+    from urllib.parse import urlparse
+
+    url = urlparse(running.api_url)
+    lines = ["POST /v1/files HTTP/1.1", f"Host: {url.netloc}", "Content-Length: 629145600",
+             "Content-Type: multipart/form-data; boundary=x",
+             *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+    with socket.create_connection((url.hostname, url.port), timeout=20) as conn:
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        return conn.recv(4096).decode().split("\r\n")[0]
+
+
+def test_uploads_are_refused_before_their_body_is_read(appliance):
+    running, secrets, _ = appliance
+    assert " 401 " in headers_only(running, {})
+    assert " 413 " in headers_only(running, {"Authorization": f"Bearer {secrets['acme']}"})
+
+
+def test_unknown_paths_answer_openai_errors_with_a_bounded_metrics_label(appliance):
+    import httpx
+
+    running, secrets, _ = appliance
+    auth = {"Authorization": f"Bearer {secrets['acme']}"}
+    missing = httpx.get(f"{running.api_url}/no-such-route-7f3a", headers=auth, timeout=30)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+    assert httpx.get(f"{running.api_url}/no-such-route-7f3a", timeout=30).status_code == 401
+    bad = httpx.post(f"{running.api_url}/chat/completions", headers=auth, timeout=30, json={
+        "model": "grounded", "temperature": "hot",
+        "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "temperature"
+
+
 def test_deleted_file_is_never_retrieved_again(appliance, uploaded):
     acme = client(appliance, "acme")
     notes = acme.files.create(
@@ -271,6 +306,7 @@ def test_metrics_are_scrapeable_after_traffic(appliance, uploaded):
             break
         time.sleep(3)
     assert not missing, missing
+    assert "no-such-route" not in text  # unknown paths are one "unmatched" label
 
     def total(name: str) -> float:  # Ray exports them as ray_<name>
         pattern = rf"^(?:ray_)?{name}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
