@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -412,9 +411,11 @@ async def _grounded_error(request: Request, exc: GroundedError) -> JSONResponse:
 @app.exception_handler(RequestValidationError)
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+        return api.error_response(InvalidRequestError("the request body is not valid JSON"))
     field = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-    error = InvalidRequestError(f"{field}: {first['msg']}", param=field)
-    return api.error_response(error)
+    message = first["msg"].removeprefix("Value error, ")
+    return api.error_response(InvalidRequestError(f"{field}: {message}", param=field))
 
 
 @app.exception_handler(StarletteHTTPException)
@@ -464,13 +465,6 @@ async def _request_id(request: Request, call_next):
     metrics().latency.observe(time.perf_counter() - started, tags={"route": label})
     log.info("%s %s %s %d", request_id, request.method, label, response.status_code)
     return response
-
-
-async def _json(request: Request) -> Any:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidRequestError("the request body is not valid JSON") from None
 
 
 async def _final(stream) -> Answer:
@@ -586,9 +580,8 @@ class Ingress:
         )
 
     @app.post("/v1/chat/completions")
-    async def chat(self, request: Request):
+    async def chat(self, request: Request, body: api.ChatRequest):
         key = self._key(request, "query")
-        body = api.parse(api.ChatRequest, await _json(request))
         api.check_model(body.model)
         request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
         created, files_url = api.now(), f"{request.base_url}v1/files"
@@ -646,9 +639,8 @@ class Ingress:
         m.add(m.invalid_citations, answer.invalid_citations_removed)
 
     @app.post("/v1/embeddings")
-    async def embeddings(self, request: Request) -> dict[str, Any]:
+    async def embeddings(self, request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
         self._key(request, "query")
-        body = api.parse(api.EmbeddingRequest, await _json(request))
         vectors, tokens = await self.embedder.embed.remote(body.texts())
         return api.embeddings(vectors, body.encoding_format, tokens, body.model)
 
@@ -711,14 +703,15 @@ class Ingress:
         return {"id": file_id, "object": "file", "deleted": True}
 
     @app.post("/v1/vector_stores/{store_id}/search")
-    async def search(self, request: Request, store_id: str) -> dict[str, Any]:
+    async def search(
+        self, request: Request, store_id: str, body: api.SearchRequest
+    ) -> dict[str, Any]:
         key = self._key(request, "query")
         if store_id not in (key.tenant, f"vs_{key.tenant}"):
             raise DocumentNotFoundError(
                 f"no such vector store: {store_id}; yours is {key.tenant!r}",
                 param="vector_store_id",
             )
-        body = api.parse(api.SearchRequest, await _json(request))
         query = body.text()
         threshold = body.ranking_options.score_threshold if body.ranking_options else None
         options = QueryOptions(
