@@ -189,7 +189,7 @@ class QueryPipeline:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
         use_rerank = self.reranker is not None and options.rerank is not False
-        if not use_rerank or not hits:
+        if not use_rerank or not hits or not self._judge_reads(query):
             return hits[:top_k]
         reranked = await rerank(
             self.reranker,
@@ -199,17 +199,15 @@ class QueryPipeline:
             cache_salt(tenant),
         )
         watch.lap("rerank")
-        if options.gate and self._judge_gates(query):
+        if options.gate and config.rerank.min_score is not None:
             reranked = [h for h in reranked if h.rerank_score >= config.rerank.min_score]
         return reranked[:top_k]
 
-    def _judge_gates(self, query: str) -> bool:
-        """The judge gate applies: a threshold is set, and the question's language is one the
-        judge was measured to separate (benchmarks/RESULTS.md)."""
-        rerank = self.config.rerank
-        if rerank.min_score is None:
-            return False
-        return rerank.gate_languages is None or detect_language(query) in rerank.gate_languages
+    def _judge_reads(self, query: str) -> bool:
+        """The reranker applies to this question's language (benchmarks/RESULTS.md: the
+        English-trained judge helps English, not French)."""
+        languages = self.config.rerank.languages
+        return languages is None or detect_language(query) in languages
 
     async def prepare(
         self,

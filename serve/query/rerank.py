@@ -43,10 +43,11 @@ class RerankConfig(BaseModel):
         description="Judge gate: candidates scored below it are dropped, and with none left "
         "the answer is 'not found' without calling the generator. None: no judge gate.",
     )
-    gate_languages: list[str] | None = Field(
+    languages: list[str] | None = Field(
         None,
-        description="Questions in these languages (ISO 639-1) are gated by the judge; others "
-        "keep the similarity gate alone. None: every language.",
+        description="Rerank (and gate) only questions in these languages (ISO 639-1): the "
+        "judge is English-trained. Others keep the fused order and the similarity gate. "
+        "None: every language.",
     )
 
 

@@ -264,7 +264,7 @@ class WordJudge:
 
 def judged(min_score: float, languages=None) -> QueryConfig:
     rerank = RerankConfig(backend="cross-encoder", model="unused", min_score=min_score,
-                          gate_languages=languages)  # fmt: skip
+                          languages=languages)  # fmt: skip
     return QueryConfig(min_dense_score=0.0, rerank=rerank)
 
 
@@ -279,7 +279,7 @@ def test_the_judge_gate_keeps_only_judged_sources_and_abstains_without_any(servi
     assert answer.abstained and answer.sources == () and len(generator.calls) == calls
 
 
-def test_the_judge_gate_applies_only_to_the_languages_it_was_measured_on(service):
+def test_the_judge_applies_only_to_the_languages_it_was_measured_on(service):
     generator = ScriptedGenerator("Le congé annuel est de 27 jours [1].")
     english_only = judged(0.0, ["en"])
     pipeline = QueryPipeline(LocalSearcher(service), generator, english_only, WordJudge("zebra"))
