@@ -28,7 +28,13 @@ from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, is_not_found, not_found_message
 from serve.query.language import detect_language
 from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
-from serve.query.rerank import RerankConfig, Reranker, build_reranker, rerank
+from serve.query.rerank import (
+    RerankConfig,
+    Reranker,
+    build_reranker,
+    judge_threshold,
+    rerank,
+)
 from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
 from serve.tracing import tracer
 
@@ -189,7 +195,9 @@ class QueryPipeline:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
         use_rerank = self.reranker is not None and options.rerank is not False
-        if not use_rerank or not hits or not self._judge_reads(query):
+        language = detect_language(query)
+        languages = config.rerank.languages
+        if not use_rerank or not hits or (languages is not None and language not in languages):
             return hits[:top_k]
         reranked = await rerank(
             self.reranker,
@@ -199,15 +207,10 @@ class QueryPipeline:
             cache_salt(tenant),
         )
         watch.lap("rerank")
-        if options.gate and config.rerank.min_score is not None:
-            reranked = [h for h in reranked if h.rerank_score >= config.rerank.min_score]
+        threshold = judge_threshold(config.rerank, language)
+        if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
+            reranked = [h for h in reranked if h.rerank_score >= threshold]
         return reranked[:top_k]
-
-    def _judge_reads(self, query: str) -> bool:
-        """The reranker applies to this question's language (benchmarks/RESULTS.md: the
-        English-trained judge helps English, not French)."""
-        languages = self.config.rerank.languages
-        return languages is None or detect_language(query) in languages
 
     async def prepare(
         self,

@@ -38,10 +38,12 @@ class RerankConfig(BaseModel):
     batch_size: int = Field(16, gt=0)
     candidates: int = Field(20, gt=0, description="Gated candidates given to the reranker.")
     top_n: int | None = Field(None, gt=0, description="Results kept (default: query.top_k).")
-    min_score: float | None = Field(
+    min_score: float | dict[str, float] | None = Field(
         None,
         description="Judge gate: candidates scored below it are dropped, and with none left "
-        "the answer is 'not found' without calling the generator. None: no judge gate.",
+        "the answer is 'not found' without calling the generator. One threshold, or one per "
+        "question language ({en: 3.9, fr: 2.6}; a language not listed is not gated). None: no "
+        "judge gate.",
     )
     languages: list[str] | None = Field(
         None,
@@ -49,6 +51,13 @@ class RerankConfig(BaseModel):
         "judge is English-trained. Others keep the fused order and the similarity gate. "
         "None: every language.",
     )
+
+
+def judge_threshold(config: RerankConfig, language: str) -> float | None:
+    """The judge gate's threshold for a question in ``language``, or None (not gated)."""
+    if isinstance(config.min_score, dict):
+        return config.min_score.get(language)
+    return config.min_score
 
 
 class Reranker(Protocol):

@@ -285,3 +285,7 @@ def test_the_judge_applies_only_to_the_languages_it_was_measured_on(service):
     pipeline = QueryPipeline(LocalSearcher(service), generator, english_only, WordJudge("zebra"))
     assert not run(pipeline, "acme", "Combien de jours de congé annuel par an ?").abstained
     assert run(pipeline, "acme", "How many days of annual leave per year?").abstained
+    per_language = judged({"fr": 0.0})  # English questions are reranked but not gated
+    pipeline = QueryPipeline(LocalSearcher(service), generator, per_language, WordJudge("zebra"))
+    assert run(pipeline, "acme", "Combien de jours de congé annuel par an ?").abstained
+    assert not run(pipeline, "acme", "How many days of annual leave per year?").abstained
