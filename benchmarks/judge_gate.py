@@ -66,7 +66,12 @@ async def main() -> None:
         help="human-written questions, or the generated description questions and their "
         "unanswerable twins (benchmarks/eval/wiki-<lang>.jsonl)",
     )  # fmt: skip
+    parser.add_argument(
+        "--thresholds", default=None,
+        help="also report fixed judge thresholds chosen elsewhere, e.g. en=3.874,fr=2.645",
+    )  # fmt: skip
     args = parser.parse_args()
+    fixed = dict(item.split("=") for item in args.thresholds.split(",")) if args.thresholds else {}
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
     judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
@@ -101,6 +106,12 @@ async def main() -> None:
             dev, test = rates(halves["dev"], threshold), rates(halves["test"], threshold)
             print(f"| {language} | max {name} score | {threshold:.3f} | {dev[0]:.2f} | {dev[1]:.2f}"
                   f" | {test[0]:.2f} | {test[1]:.2f} |", flush=True)  # fmt: skip
+        if language in fixed:
+            given = signals["judge"]
+            value = float(fixed[language])
+            dev, test = rates(given["dev"], value), rates(given["test"], value)
+            print(f"| {language} | max judge score, threshold given | {value:.3f} | {dev[0]:.2f} "
+                  f"| {dev[1]:.2f} | {test[0]:.2f} | {test[1]:.2f} |")  # fmt: skip
         current = config.query.min_dense_score
         dev, test = (
             rates(signals["dense"]["dev"], current),

@@ -60,6 +60,10 @@ def start(
     from serve.appliance import build_app
 
     resolve_model(config.generator.model, config.data_dir)  # fail before Ray starts
+    if config.query.rerank.backend == "cross-encoder":
+        from serve.query.rerank import cross_encoder
+
+        cross_encoder(config.query.rerank.model or "")  # the judge is fetched, or say how
     settings = config.serve
     started_ray = not ray.is_initialized() and address is None
     if not ray.is_initialized():
