@@ -30,6 +30,21 @@ def use_engine_environment(root: Path) -> None:
         os.environ.setdefault(name, value)
 
 
+def with_judge(config):
+    """``config`` with its relevance judge (when it has one) taken from the repository's data
+    directory, where it is fetched once (`grounded models fetch ms-marco-minilm-l12`)."""
+    from serve.models import fetch
+
+    rerank = config.query.rerank
+    if rerank.backend != "cross-encoder" or Path(rerank.model or "").is_dir():
+        return config
+    folder = fetch(Path(rerank.model).name, REPO / "data")
+    query = config.query.model_copy(
+        update={"rerank": rerank.model_copy(update={"model": str(folder)})}
+    )
+    return config.model_copy(update={"query": query})
+
+
 @pytest.fixture
 def corpus() -> Path:
     return CORPUS

@@ -32,7 +32,7 @@ from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.eval.metrics import answer_matches  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
+from serve.models import fetch, resolve_model  # noqa: E402
 from serve.query.pipeline import QueryPipeline  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
@@ -68,6 +68,13 @@ async def main() -> None:
     args = parser.parse_args()
     folder = ROOT / "benchmarks" / args.set
     config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
+    rerank = config.query.rerank
+    if rerank.backend == "cross-encoder" and not Path(rerank.model or "").is_dir():
+        judge = fetch(Path(rerank.model).name, ROOT / "data")  # beside the generator
+        query = config.query.model_copy(
+            update={"rerank": rerank.model_copy(update={"model": str(judge)})}
+        )
+        config = config.model_copy(update={"query": query})
     service = IndexService(config.index, config.data_dir).start()
     files, _ = discover([folder / "docs"])
     list(service.pipeline(TENANT).ingest(files))
@@ -76,7 +83,10 @@ async def main() -> None:
     model = resolve_model(name, ROOT / "data")  # `grounded models fetch` installs it there
     generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
     (folder / "results").mkdir(exist_ok=True)
-    print(f"{args.set}: model {name}; {len(cases)} cases; max_tokens {args.max_tokens}\n")
+    print(
+        f"{args.set}: model {name}; {len(cases)} cases; max_tokens {args.max_tokens}; "
+        f"judge {rerank.backend} {rerank.min_score}\n"
+    )
     print("| defences | obeyed | legitimate answered correctly | own document retrieved |")
     print("|---|---|---|---|")
     try:

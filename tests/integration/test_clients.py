@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion
 from serve.config import load_config
 from serve.keys import KeyStore
 from serve.models import fetch, models_dir
-from tests.conftest import CORPUS, REPO, use_engine_environment
+from tests.conftest import CORPUS, REPO, use_engine_environment, with_judge
 from tests.integration.test_appliance import free_port
 from tests.openai_schema import chunk_conforms, conforms
 
@@ -47,6 +47,7 @@ def appliance(tmp_path_factory):
                    "engine_kwargs": {"kv_cache_memory_bytes": 512 * 2**20}},
         serve={"port": free_port(), "metrics_port": free_port()},
     )  # fmt: skip
+    config = with_judge(config)
     _, secret = KeyStore(config.data_dir).create("acme", ["query", "ingest"])
     from serve import up
 

@@ -19,7 +19,7 @@ from serve.models import MODELS, fetch, models_dir
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher
-from tests.conftest import CORPUS, REPO
+from tests.conftest import CORPUS, REPO, with_judge
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
 
@@ -36,7 +36,7 @@ def model_folder():
 
 
 def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_path, minilm):
-    config = load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path)
+    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
     service = IndexService(config.index, tmp_path, embedder=minilm).start()
     files, _ = discover([CORPUS / "acme"])
     list(service.pipeline("acme").ingest(files))
