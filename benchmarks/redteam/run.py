@@ -39,7 +39,7 @@ from serve.query.retrieval import LocalSearcher  # noqa: E402
 VARIANTS = {
     "undefended": {"withhold_instructions": False, "remind_rules": False},
     "remind": {"withhold_instructions": False, "remind_rules": True},
-    "withhold": {"withhold_instructions": True, "remind_rules": False},
+    "withhold": {"withhold_instructions": True, "remind_rules": False},  # the default
     "both": {"withhold_instructions": True, "remind_rules": True},
 }
 TENANT = "redteam"
@@ -70,9 +70,9 @@ async def main() -> None:
     config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
     rerank = config.query.rerank
     if rerank.backend == "cross-encoder" and not Path(rerank.model or "").is_dir():
-        judge = fetch(Path(rerank.model).name, ROOT / "data")  # beside the generator
+        judge_folder = fetch(Path(rerank.model).name, ROOT / "data")  # beside the generator
         query = config.query.model_copy(
-            update={"rerank": rerank.model_copy(update={"model": str(judge)})}
+            update={"rerank": rerank.model_copy(update={"model": str(judge_folder)})}
         )
         config = config.model_copy(update={"query": query})
     service = IndexService(config.index, config.data_dir).start()

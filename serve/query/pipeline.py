@@ -61,7 +61,11 @@ class QueryConfig(BaseModel):
     withhold_instructions: bool = Field(
         True, description="Keep instruction-like passages of sources out of the prompt."
     )
-    remind_rules: bool = Field(True, description="Restate the rules after the question.")
+    remind_rules: bool = Field(
+        False,
+        description="Restate the rules after the question (the 0.5B model then abstains "
+        "far more often: RESULTS.md).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

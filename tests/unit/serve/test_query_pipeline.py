@@ -6,14 +6,12 @@ from index.pipeline import SourceFile
 from serve.query.budget import ContextLengthError
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import Answer, QueryConfig, QueryOptions, QueryPipeline
-from serve.query.prompt import REMINDER, Turn, cache_salt
+from serve.query.prompt import Turn, cache_salt
 from serve.query.rerank import RerankConfig
 from serve.query.retrieval import LocalSearcher, SearchFilter
 from serve.testing import ScriptedGenerator
 
 pytestmark = pytest.mark.unit
-# The rules restated after the question, in the fake tokenizer's tokens (one per word).
-REMINDER_TOKENS = len(REMINDER.split())
 
 ACME = {
     "leave.txt": "Annual leave is 27 days per calendar year for every employee.",
@@ -78,7 +76,7 @@ def test_history_is_passed_between_sources_and_question(service):
     )
     roles = [m["role"] for m in generator.last_messages]
     assert roles == ["system", "user", "assistant", "user"]
-    assert generator.last_messages[-1]["content"].startswith("pump oil\n\n")  # then the rules
+    assert generator.last_messages[-1]["content"] == "pump oil"
 
 
 def test_question_too_long_for_the_window_is_refused_with_numbers(service):
@@ -89,15 +87,15 @@ def test_question_too_long_for_the_window_is_refused_with_numbers(service):
 
 
 def test_sources_are_trimmed_to_fit_a_small_window(service):
-    generator = ScriptedGenerator("ok", max_model_len=170 + REMINDER_TOKENS)
+    generator = ScriptedGenerator("ok", max_model_len=170)
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     answer = run(pipeline, "acme", "annual leave", max_tokens=20)
     assert 1 <= len(answer.sources) < 2
-    assert generator.calls[0]["tokens"] + 20 <= 170 + REMINDER_TOKENS
+    assert generator.calls[0]["tokens"] + 20 <= 170
 
 
 def test_no_room_for_a_single_source_is_refused_not_answered_blind(service):
-    generator = ScriptedGenerator("ok", max_model_len=150 + REMINDER_TOKENS)
+    generator = ScriptedGenerator("ok", max_model_len=150)
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     with pytest.raises(ContextLengthError, match="with one source"):
         run(pipeline, "acme", "annual leave", max_tokens=20)
@@ -161,7 +159,7 @@ def test_follow_up_questions_retrieve_with_the_earlier_question(service):
         "pump.txt"
     }
     assert run(alone, "acme", follow_up, history).abstained
-    assert generator.last_messages[-1]["content"].startswith(follow_up)  # the question is kept
+    assert generator.last_messages[-1]["content"] == follow_up  # the prompt keeps the question
 
 
 def test_generator_condensation_retrieves_with_the_rewritten_question(service):
@@ -244,9 +242,8 @@ def test_a_prompt_budget_trims_sources_and_names_itself_when_nothing_fits(servic
     assert len(run(pipeline, "acme", question, max_tokens=10).sources) == 2
     full = generator.calls[-1]["tokens"]
     capped = run(pipeline, "acme", question, max_tokens=10,
-                 options=QueryOptions(max_prompt_tokens=150 + REMINDER_TOKENS))  # fmt: skip
-    assert len(capped.sources) == 1
-    assert generator.calls[-1]["tokens"] <= 150 + REMINDER_TOKENS < full + 10
+                 options=QueryOptions(max_prompt_tokens=150))  # fmt: skip
+    assert len(capped.sources) == 1 and generator.calls[-1]["tokens"] <= 150 < full + 10
     with pytest.raises(ContextLengthError, match=r"your budget \(max_prompt_tokens 20 \+"):
         run(pipeline, "acme", question, max_tokens=10,
             options=QueryOptions(max_prompt_tokens=20))  # fmt: skip
@@ -289,3 +286,16 @@ def test_the_judge_applies_only_to_the_languages_it_was_measured_on(service):
     pipeline = QueryPipeline(LocalSearcher(service), generator, per_language, WordJudge("zebra"))
     assert run(pipeline, "acme", "Combien de jours de congé annuel par an ?").abstained
     assert not run(pipeline, "acme", "How many days of annual leave per year?").abstained
+
+
+def test_rules_are_restated_after_the_question_when_enabled(service):
+    from serve.query.prompt import REMINDER
+
+    generator = ScriptedGenerator("ok")  # a token per word
+    plain = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
+    run(plain, "acme", "pump oil", max_tokens=10)
+    without = generator.calls[-1]["tokens"]
+    reminded = QueryPipeline(LocalSearcher(service), generator, QueryConfig(remind_rules=True))
+    run(reminded, "acme", "pump oil", max_tokens=10)
+    assert generator.last_messages[-1]["content"].startswith("pump oil\n\nAnswer the question")
+    assert generator.calls[-1]["tokens"] >= without + len(REMINDER.split()) - 5
