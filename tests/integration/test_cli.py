@@ -42,8 +42,10 @@ def test_ingest_reports_every_file(ingested):
     assert acme["summary"] == {"added": 5, "replaced": 0, "unchanged": 0, "refused": 0}
     assert globex["summary"]["added"] == 3
     result = acme["results"][0]
-    assert set(result) == {"source", "file_name", "status", "doc_id", "version", "chunks", "reason"}
+    assert set(result) == {"source", "file_name", "status", "doc_id", "version", "chunks", "reason",
+                           "flagged"}  # fmt: skip
     assert all(r["chunks"] > 0 and r["doc_id"].startswith("doc-") for r in acme["results"])
+    assert all(r["flagged"] == 0 for r in acme["results"])  # the samples instruct no model
 
 
 def test_reingest_is_unchanged(data_dir, ingested):
