@@ -45,10 +45,10 @@ _OVERRIDE = re.compile(
 # assistant", "AI systems reading this", "if you are a language model", a vocative). An AI
 # merely mentioned ("do not paste data into AI tools") is not an address.
 _AI = (
-    r"(?:(?:AI|IA|A\.I\.|virtual|digital|chat|automated|language|summari[sz]ing)\s+)?"
-    r"(?:assistants?|models?|bots?|chatbots?|systems?|LLMs?|GPT\w*|AIs?|IAs?|tools?|readers?)"
-    r"(?:\s+(?:IA|AI|virtuels?))?"
-)
+    r"(?:(?:AI|IA|A\.I\.|virtual|digital|chat|automated|language|summari[sz]ing)\s+"
+    r"(?:assistants?|models?|bots?|systems?|tools?|readers?)"
+    r"|assistants?(?:\s+(?:IA|AI|virtuels?))?|chatbots?|LLMs?|GPT\w*|AIs?|IAs?|bots?)"
+)  # "Model: XR-200" or "Note to the system administrator" name no AI reader
 _ADDRESSEE = re.compile(
     r"(?:^|\|)[\W_\d]*" + _AI + r"(?:\s+(?:instructions?|notice|note|consigne|message))?\s*:"
     r"|\b(?:note|message|notice|instructions?|remarque|consigne|avis|warning)s?"

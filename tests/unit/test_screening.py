@@ -49,6 +49,9 @@ def test_injections_are_flagged(injection):
         "Les assistants de direction doivent valider les congés avant le 31 mars.",
         "Version 2.5 of the app adds dark mode. Update it from the store.",
         "Step 3: Reply to the customer within two working days.",
+        "Model: XR-200. It must be serviced every year.",
+        "Tools: always wear gloves when you use them.",
+        "Note to the system administrator: restart the server after every update.",
     ],
 )
 def test_ordinary_text_is_left_alone(ordinary):
