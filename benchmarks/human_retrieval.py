@@ -100,6 +100,9 @@ async def main() -> None:
                         help="search every summary of the language (about 10,000 in English), "
                         "not the 2,000-article sample: the answering article among more "
                         "distractors")  # fmt: skip
+    parser.add_argument("--judge-on", default="dense,best",
+                        help="variants the judge reranks: names from the table, 'best' being "
+                        "the fusion weight chosen on dev (e.g. 'dense,hybrid weighted 0.4')")  # fmt: skip
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
@@ -129,7 +132,7 @@ async def main() -> None:
             print(f"| {name} | {cells(dev)} | {cells(test)} |", flush=True)
         best = max((n for n in variants if n.startswith("hybrid weighted")), key=dev_mrr.get)
         print(f"\nbest fusion on dev: {best}\n")
-        for base in ("dense", best):
+        for base in [best if b == "best" else b for b in args.judge_on.split(",")]:
             for max_tokens in map(int, args.max_tokens.split(",")):
                 judge = TimedReranker(OnnxCrossEncoderReranker(str(judge_folder), "cpu", 32,
                                                                max_tokens).start())  # fmt: skip
