@@ -100,9 +100,11 @@ async def main() -> None:
                         help="search every summary of the language (about 10,000 in English), "
                         "not the 2,000-article sample: the answering article among more "
                         "distractors")  # fmt: skip
-    parser.add_argument("--judge-on", default="dense,best",
-                        help="variants the judge reranks: names from the table, 'best' being "
-                        "the fusion weight chosen on dev (e.g. 'dense,hybrid weighted 0.4')")  # fmt: skip
+    parser.add_argument(
+        "--judge-on", default="dense,best",
+        help="variants the judge reranks: names from the table, 'best' being the fusion "
+        "weight chosen on dev (e.g. 'dense,hybrid weighted 0.4')",
+    )  # fmt: skip
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=CACHE / "data")
     service = IndexService(config.index, config.data_dir).start()
