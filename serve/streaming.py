@@ -41,7 +41,8 @@ async def chat_events(
         yield sse(api.chunk(request_id, created, {"role": "assistant", "content": ""}))
         item: str | Answer = first
         while not isinstance(item, Answer):
-            yield sse(api.chunk(request_id, created, {"content": item}))
+            if item:  # "" only marks that the generation has started
+                yield sse(api.chunk(request_id, created, {"content": item}))
             item = await anext(stream)
         answer = item
         for final in await final_chunks(answer):

@@ -293,9 +293,12 @@ class QueryPipeline:
         admit: Admission | None = None,
     ) -> AsyncIterator[str | Answer]:
         """Checked text deltas as the model writes them, then the final Answer. Invalid
-        citations never appear in the deltas (they are held back until checked). ``admit``,
-        when given, is entered with the prepared prompt right before the generator and left
-        when the generation ends (budgets and fair queuing in the appliance)."""
+        citations never appear in the deltas (they are held back until checked), nor does
+        leading whitespace: the deltas add up to the answer's text, which citation offsets
+        index; an empty delta marks that the generation has started when its first token
+        shows nothing yet. ``admit``, when given, is entered with the prepared prompt right
+        before the generator and left when the generation ends (budgets and fair queuing in
+        the appliance)."""
         root = tracer().start_span(
             "grounded.query",
             attributes={"grounded.request_id": request_id, "grounded.tenant": tenant},
@@ -347,7 +350,8 @@ class QueryPipeline:
 
             try:
                 async for chunk in grant.run(start):
-                    if last is None:
+                    started_now = last is None
+                    if started_now:
                         timings["first_token"] = _since(generating)
                         span.add_event("first_token")
                     parts.append(chunk.text)
@@ -358,6 +362,8 @@ class QueryPipeline:
                     if delta := visible(citations.feed(chunk.text)):
                         shown.append(delta)
                         yield delta
+                    elif started_now:
+                        yield ""  # generating, nothing to show yet (leading spaces, a "[")
             finally:
                 span.end()
         if rest := visible(citations.flush()):

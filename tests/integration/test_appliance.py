@@ -113,8 +113,9 @@ def test_chat_cites_the_callers_documents_with_usage(appliance, uploaded):
     extension = completion.model_extra["grounded"]
     acme_ids = {v for (t, _), v in uploaded.items() if t == "acme"}
     assert extension["sources"] and {s["file_id"] for s in extension["sources"]} <= acme_ids
-    annotations = choice.message.model_extra.get("annotations") or []
-    assert all(a["type"] == "file_citation" and a["file_id"] in acme_ids for a in annotations)
+    for annotation in choice.message.annotations or []:
+        assert annotation.type == "url_citation"
+        assert any(f"/files/{i}/content#char=" in annotation.url_citation.url for i in acme_ids)
 
 
 def test_chat_streaming_sends_deltas_then_citations_then_usage(appliance, uploaded):
@@ -130,7 +131,8 @@ def test_chat_streaming_sends_deltas_then_citations_then_usage(appliance, upload
     assert citations.choices[0].finish_reason in ("stop", "length")
     assert "annotations" in citations.choices[0].delta.model_extra
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert len(chunks) > 3  # role, text deltas, citations, usage
+    assert len(chunks) >= 3  # role, text deltas (none if the noise model wrote only spaces),
+    # citations, usage
     text = "".join(c.choices[0].delta.content or "" for c in chunks[:-2])
     sources = {s["number"] for s in citations.model_extra["grounded"]["sources"]}
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", text)}

@@ -39,8 +39,11 @@ def hit(chunk_id: str, text: str) -> SearchHit:
 def test_cross_encoder_orders_hits_by_its_own_scores(cross_encoder):
     from sentence_transformers import CrossEncoder
 
+    from serve.query.rerank import cross_encoder as reranker_for
+
     passages = ["Annual leave is 27 days.", "The pump needs oil.", "Sick leave at 09:30."]
-    reranker = CrossEncoderReranker(str(cross_encoder), device="cpu")
+    reranker = reranker_for(str(cross_encoder), device="cpu")
+    assert isinstance(reranker, CrossEncoderReranker)  # a sentence-transformers folder
     scores = asyncio.run(reranker.scores("annual leave", passages))
     direct = CrossEncoder(str(cross_encoder), device="cpu").predict(
         [("annual leave", p) for p in passages]
@@ -59,5 +62,6 @@ def test_reranker_configuration_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"query\.rerank\.model is not set") as missing:
         build_reranker(RerankConfig(backend="cross-encoder"), generator)
     assert missing.value.param == "query.rerank.model"
-    with pytest.raises(ConfigError, match="not a local cross-encoder model folder"):
+    with pytest.raises(ConfigError, match="not a cross-encoder model folder") as empty:
         build_reranker(RerankConfig(backend="cross-encoder", model=str(tmp_path)), generator)
+    assert "grounded models fetch ms-marco-minilm-l12" in empty.value.message

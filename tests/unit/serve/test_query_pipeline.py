@@ -299,3 +299,15 @@ def test_rules_are_restated_after_the_question_when_enabled(service):
     run(reminded, "acme", "pump oil", max_tokens=10)
     assert generator.last_messages[-1]["content"].startswith("pump oil\n\nAnswer the question")
     assert generator.calls[-1]["tokens"] >= without + len(REMINDER.split()) - 5
+
+
+def test_leading_whitespace_is_not_streamed_and_the_start_is_marked(service):
+    generator = ScriptedGenerator("\n\n  Annual leave is 27 days [1].")
+
+    async def deltas():
+        pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
+        return [d async for d in pipeline.stream("acme", "annual leave days")]
+
+    *streamed, answer = asyncio.run(deltas())
+    assert "".join(streamed) == answer.text == "Annual leave is 27 days [1]."
+    assert streamed[0] == ""  # the first token was only whitespace: the start is marked

@@ -57,3 +57,10 @@ def test_a_component_failure_mid_stream_is_an_error_event_not_a_silent_stop():
 def test_a_refusal_mid_stream_keeps_its_own_error():
     events, _ = run(["x"], RateLimitError("over the budget", retry_after=3))
     assert events[-1]["error"]["type"] == "rate_limit_exceeded"
+
+
+def test_an_empty_delta_only_marks_the_start_and_sends_no_content_chunk():
+    answer = Answer("Leave.", (), (), False)
+    events, _ = run(["", "Leave.", answer])
+    assert [e["choices"][0]["delta"] for e in events[:2]] == [
+        {"role": "assistant", "content": ""}, {"content": "Leave."}]  # fmt: skip
