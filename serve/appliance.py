@@ -65,14 +65,14 @@ log = logging.getLogger("grounded")
 
 @serve.deployment
 class Embedder:
-    """Query embeddings batched across concurrent requests, with an LRU cache keyed by model
-    id and whitespace-normalised text; document embeddings for ingestion."""
+    """Query embeddings batched across concurrent requests, with an LRU cache keyed by tenant,
+    model id and whitespace-normalised text; document embeddings for ingestion."""
 
     def __init__(self, config: AppConfig) -> None:
         from index.embedding import SentenceTransformerEmbedder
 
         self.embedder = SentenceTransformerEmbedder(config.index.embedder).start()
-        self.cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self.cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
         self.cache_size = config.serve.embed_cache_size
         self._embed_batch.set_max_batch_size(config.serve.embed_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(config.serve.embed_batch_wait_s)
@@ -86,9 +86,10 @@ class Embedder:
     async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
         return list(await asyncio.to_thread(self.embedder.embed_queries, texts))
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_query(self, text: str, tenant: str) -> np.ndarray:
+        """Cached per tenant: a hit's speed would otherwise tell one tenant what another asked."""
         normalised = " ".join(text.split())
-        key = (self.embedder.model_id, normalised)
+        key = (tenant, self.embedder.model_id, normalised)
         if key in self.cache:
             self.cache.move_to_end(key)
             metrics().embed_cache.inc(tags={"result": "hit"})
@@ -255,7 +256,7 @@ class RemoteSearcher:
         vector = None
         if params.mode != "lexical":
             started = time.perf_counter()
-            vector = await self.embedder.embed_query.remote(query)
+            vector = await self.embedder.embed_query.remote(query, tenant)
             metrics().stage.observe(time.perf_counter() - started, tags={"stage": "embed"})
         shards = self.shards.options(multiplexed_model_id=tenant)
         return await shards.search.remote(query, vector, k, params)
