@@ -82,13 +82,21 @@ def start(
                 options["dashboard_port"] = settings.dashboard_port
         with _signal_handlers_kept():
             ray.init(**options)
-    serve.start(
-        proxy_location=settings.proxy_location,
-        http_options={"host": settings.host, "port": settings.port},
-    )
-    serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
     api_url = f"http://{settings.host}:{settings.port}"
-    _wait_healthy(f"{api_url}/health", timeout_s)
+    try:
+        serve.start(
+            proxy_location=settings.proxy_location,
+            http_options={"host": settings.host, "port": settings.port},
+        )
+        serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
+        _wait_healthy(f"{api_url}/health", timeout_s)
+    except BaseException:
+        # A failed start (a port in use, a replica that cannot start) leaves nothing behind:
+        # otherwise the next start in this process would join the broken Serve instance.
+        if started_ray:
+            serve.shutdown()
+            ray.shutdown()
+        raise
     return Running(
         api_url=f"{api_url}/v1",
         metrics_url=f"http://{settings.host}:{settings.metrics_port}/metrics",

@@ -23,9 +23,19 @@ QUESTION = [{"role": "user", "content": "How many days of annual leave do employ
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the ephemeral range (32768+,
+    where Ray's own servers bind port 0): a port the OS hands out as free can be taken by one
+    of Ray's processes before the Serve proxy binds it."""
+    import random
+
+    while True:
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @pytest.fixture(scope="module")
