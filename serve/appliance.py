@@ -446,7 +446,7 @@ async def _request_id(request: Request, call_next):
     try:
         guard: RequestGuard | None = getattr(request.app.state, "guard", None)
         if guard is not None:  # the key and the size, before the body is read
-            guard.check(request.method, request.url.path, request.headers)
+            request.state.api_key = guard.check(request.method, request.url.path, request.headers)
         response = await call_next(request)
     except GroundedError as exc:
         response = api.error_response(exc, request_id)
@@ -498,7 +498,9 @@ class Ingress:
         )
 
     def _key(self, request: Request, scope: str) -> ApiKey:
-        key = self.keys.authenticate(request.headers.get("authorization"))
+        key = getattr(request.state, "api_key", None)  # the guard read it before the body
+        if key is None:
+            key = self.keys.authenticate(request.headers.get("authorization"))
         key.require(scope)
         return key
 

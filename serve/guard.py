@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from index.errors import InvalidRequestError
-from serve.keys import KeyStore
+from serve.keys import ApiKey, KeyStore
 
 JSON_BODY_LIMIT = 8 * 2**20  # chat, embeddings, search: far above any window's worth of text
 MULTIPART_OVERHEAD = 2**20  # boundaries and form fields around an uploaded file
@@ -29,13 +29,14 @@ class RequestGuard:
     def __init__(self, keys: KeyStore, upload_limit: int) -> None:
         self.keys, self.upload_limit = keys, upload_limit
 
-    def check(self, method: str, path: str, headers: Mapping[str, str]) -> None:
-        """Raise the error to answer with, before any byte of the body is read."""
+    def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiKey | None:
+        """The caller's key (None on public paths), or the error to answer with, before any
+        byte of the body is read."""
         if not path.startswith("/v1/"):  # /health, /docs, /openapi.json
-            return
-        self.keys.authenticate(headers.get("authorization"))  # 401 before anything else
+            return None
+        key = self.keys.authenticate(headers.get("authorization"))  # 401 before anything else
         if method not in ("POST", "PUT", "PATCH"):
-            return
+            return key
         upload = path == "/v1/files"
         limit = self.upload_limit + MULTIPART_OVERHEAD if upload else JSON_BODY_LIMIT
         declared = headers.get("content-length")
@@ -47,3 +48,4 @@ class RequestGuard:
             what = (f"index.limits.max_bytes = {self.upload_limit:,} bytes per file" if upload
                     else f"{JSON_BODY_LIMIT:,} bytes per request")  # fmt: skip
             raise BodyTooLargeError(f"the request body is larger than the limit ({what})")
+        return key

@@ -37,7 +37,8 @@ def test_bodies_over_the_limit_or_without_a_length_are_refused_unread(guard):
     with pytest.raises(LengthRequiredError) as chunked:
         guard.check("POST", "/v1/embeddings", auth)
     assert chunked.value.status == 411
-    guard.check("GET", "/v1/files", auth)  # no body, no length needed
+    assert guard.check("GET", "/v1/files", auth).tenant == "acme"  # no body, no length needed
+    assert guard.check("GET", "/health", {}) is None
 
 
 def test_chat_parameters_are_validated_and_tools_refused():
