@@ -287,6 +287,8 @@ def _extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, 
                 "sentences": list(c.sentences),
                 "support": c.support,
                 "inferred": c.inferred,
+                "quote": c.quote,
+                "verified": c.verified,
             }
             for c in answer.cited
         ],

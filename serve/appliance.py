@@ -321,12 +321,12 @@ class Generator:
 
     async def stream(
         self, token_ids: list[int], max_tokens: int, cache_salt: str, request_id: str,
-        priority: int = 0,
+        priority: int = 0, json_schema: dict | None = None,
     ) -> AsyncIterator[GenerationChunk]:  # fmt: skip
         self._ensure_exporting()
         async for chunk in self.generator.stream(
             token_ids, max_tokens=max_tokens, cache_salt=cache_salt, request_id=request_id,
-            priority=priority,
+            priority=priority, json_schema=json_schema,
         ):  # fmt: skip
             yield chunk
         self._export()
@@ -370,10 +370,12 @@ class RemoteGenerator:
         cache_salt: str,
         request_id: str = "",
         priority: int = 0,
+        json_schema: dict | None = None,
     ) -> AsyncIterator[GenerationChunk]:
         response = self.handle.options(stream=True).stream.remote(
-            token_ids, max_tokens, cache_salt, request_id or uuid.uuid4().hex, priority
-        )
+            token_ids, max_tokens, cache_salt, request_id or uuid.uuid4().hex, priority,
+            json_schema,
+        )  # fmt: skip
         finished = False
         try:
             async for chunk in response:

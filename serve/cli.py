@@ -443,6 +443,9 @@ def ask(
             markup=False,
             highlight=False,
         )
+        if citation.quote is not None:
+            check = "verified" if citation.verified else "NOT found in the source"
+            out.print(f"      quote ({check}): {citation.quote}", markup=False, highlight=False)
 
 
 @app.command("eval")
@@ -535,6 +538,8 @@ def answer_json(tenant: str, question: str, answer) -> dict:
                 "sentences": list(c.sentences),
                 "support": c.support,
                 "inferred": c.inferred,
+                "quote": c.quote,
+                "verified": c.verified,
             }
             for c in answer.cited
         ],

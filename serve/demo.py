@@ -48,6 +48,9 @@ def ask(client, question: str) -> None:
         section = " > ".join(citation.get("heading_path") or [])
         print(f"   [{citation['number']}] {citation['filename']}{page}  {section}  "
               f"support {citation['support']:.2f}{how}")  # fmt: skip
+        if citation.get("quote") is not None:
+            check = "verified" if citation.get("verified") else "NOT found in the source"
+            print(f"       quote ({check}): {citation['quote']}")
     usage = completion.usage
     cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
     print(f"   ({usage.prompt_tokens} prompt tokens, {cached} from the prefix cache, "

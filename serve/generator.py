@@ -114,6 +114,7 @@ class Generator(Protocol):
         cache_salt: str,
         request_id: str = "",
         priority: int = 0,
+        json_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[GenerationChunk]: ...
 
     async def next_token_logprobs(
@@ -228,12 +229,14 @@ class VllmGenerator:
         cache_salt: str,
         request_id: str = "",
         priority: int = 0,
+        json_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[GenerationChunk]:
         """Token deltas; aborts the request in the engine if the consumer stops early.
-        ``priority`` (lower first) matters when the engine's scheduling_policy is priority."""
+        ``priority`` (lower first) matters when the engine's scheduling_policy is priority;
+        ``json_schema`` constrains the output to JSON of that schema (vLLM structured output)."""
         from vllm import SamplingParams
         from vllm.inputs.engine import tokens_input
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         self._require()
         request_id = request_id or uuid.uuid4().hex
@@ -241,6 +244,7 @@ class VllmGenerator:
             max_tokens=max_tokens,
             temperature=self.config.temperature,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=StructuredOutputsParams(json=json_schema) if json_schema else None,
         )
         prompt = tokens_input(token_ids, cache_salt=cache_salt)
         completion = 0

@@ -51,10 +51,11 @@ class ScriptedGenerator:
         cache_salt: str,
         request_id: str = "",
         priority: int = 0,
+        json_schema: dict | None = None,
     ) -> AsyncIterator[GenerationChunk]:
         self.calls.append(
             {"tokens": len(token_ids), "max_tokens": max_tokens, "salt": cache_salt,
-             "priority": priority, "request_id": request_id}
+             "priority": priority, "request_id": request_id, "json_schema": json_schema}
         )  # fmt: skip
         pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):

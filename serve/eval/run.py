@@ -96,6 +96,8 @@ class QuestionResult:
     model_citations: int = 0  # [n] the model wrote, before invalid ones were removed
     model_citations_invalid: int = 0  # of those, [n] for sources it was not given
     inferred_citations: int = 0
+    quotes: int = 0  # quoted answers: citations that carry a quote
+    quotes_verified: int = 0  # of those, found in the cited chunk
     supported_share: float | None = None
     matched: bool | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -108,7 +110,7 @@ class AnswerView:
 
     text: str
     abstained: bool
-    citations: list[tuple[int, str, bool]]  # (number, chunk id, inferred)
+    citations: list[tuple[int, str, bool, bool | None]]  # (number, chunk id, inferred, verified)
     sources: set[tuple[int, str]]  # (number, chunk id) of every source in the prompt
     written: int  # [n] the model wrote
     invalid_removed: int
@@ -120,7 +122,10 @@ class AnswerView:
         return cls(
             answer.text,
             answer.abstained,
-            [(c.source.number, c.source.hit.chunk_id, c.inferred) for c in answer.cited],
+            [
+                (c.source.number, c.source.hit.chunk_id, c.inferred, c.verified)
+                for c in answer.cited
+            ],
             {(s.number, s.hit.chunk_id) for s in answer.sources},
             answer.citations_written,
             answer.invalid_citations_removed,
@@ -134,7 +139,10 @@ class AnswerView:
         return cls(
             completion["choices"][0]["message"]["content"],
             extension["abstained"],
-            [(c["number"], c["chunk_id"], c["inferred"]) for c in extension["citations"]],
+            [
+                (c["number"], c["chunk_id"], c["inferred"], c.get("verified"))
+                for c in extension["citations"]
+            ],
             {(s["number"], s["chunk_id"]) for s in extension["sources"]},
             extension["citations_written"],
             extension["invalid_citations_removed"],
@@ -215,7 +223,9 @@ class Evaluator:
         result.citations = len(answer.citations)
         result.model_citations = answer.written
         result.model_citations_invalid = answer.invalid_removed
-        result.inferred_citations = sum(inferred for _, _, inferred in answer.citations)
+        result.inferred_citations = sum(c[2] for c in answer.citations)
+        result.quotes = sum(c[3] is not None for c in answer.citations)
+        result.quotes_verified = sum(c[3] is True for c in answer.citations)
         result.supported_share = None if answer.abstained else answer.supported_share
         if question.answer_contains and not answer.abstained:
             result.matched = answer_matches(answer.text, question.answer_contains)
@@ -253,6 +263,10 @@ def summarize(results: Sequence[QuestionResult]) -> dict[str, float | int | None
         "citations": citations,
         "inferred_citation_share": sum(r.inferred_citations for r in answered) / citations
         if citations
+        else None,
+        # Quoted answers (query.answer_format: quoted): quotes found in the cited chunk.
+        "quote_verified_share": sum(r.quotes_verified for r in answered) / quotes
+        if (quotes := sum(r.quotes for r in answered))
         else None,
         "faithfulness_proxy": mean(
             r.supported_share for r in answered if r.supported_share is not None

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from serve.query.gate import is_not_found
 from serve.query.prompt import Source
 
 _CITATION = re.compile(r"\s?\[(\d+(?:\s*,\s*\d+)*)\]")
@@ -42,6 +43,8 @@ class Citation:
     sentences: tuple[str, ...]  # the answer's sentences that cite this source
     support: float  # mean support of those sentences by this source's chunk alone
     inferred: bool = False  # no sentence cites it explicitly; attributed by support
+    quote: str | None = None  # quoted answers (serve/query/quotes.py): the model's quote
+    verified: bool | None = None  # the quote was found in the chunk; None without a quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class CheckedAnswer:
     statements: tuple[Statement, ...]
     invalid_removed: int
     written: int = 0  # citation numbers the model wrote, valid or not
+    abstained: bool = False  # the model found no answer in the sources
 
 
 SUPPORTED = 0.5  # a statement is "supported" when half its words are in its cited chunks
@@ -176,3 +180,26 @@ def check_citations(text: str, sources: Sequence[Source]) -> CheckedAnswer:
         for number, citers in citing.items()
     )
     return CheckedAnswer(checked, cited, statements, citations.invalid_removed, citations.written)
+
+
+class ProseAnswerReader:
+    """Reads a prose answer as it streams (invalid citations held back and removed, see
+    CitationFilter) and checks it at the end."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = sources
+        self._filter = CitationFilter(sources)
+        self._raw: list[str] = []
+
+    def feed(self, delta: str) -> str:
+        self._raw.append(delta)
+        return self._filter.feed(delta)
+
+    def flush(self) -> str:
+        return self._filter.flush()
+
+    def result(self) -> CheckedAnswer:
+        checked = check_citations("".join(self._raw).lstrip(), self.sources)
+        if not is_not_found(checked.text):
+            return checked
+        return CheckedAnswer(checked.text, (), (), checked.invalid_removed, checked.written, True)

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,17 +18,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from index.types import SearchHit
 from serve.generator import GenerationChunk, Generator
 from serve.query.budget import ContextLengthError, plan_budget
-from serve.query.citations import (
-    Citation,
-    CitationFilter,
-    Statement,
-    check_citations,
-    supported_share,
-)
+from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
 from serve.query.condense import Condense, condense_query
-from serve.query.gate import EvidenceGate, is_not_found, not_found_message
+from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.language import detect_language
-from serve.query.prompt import PromptBuilder, Source, Turn, cache_salt, canonical_order
+from serve.query.prompt import (
+    SYSTEM_RULES,
+    PromptBuilder,
+    Source,
+    Turn,
+    cache_salt,
+    canonical_order,
+)
+from serve.query.quotes import QUOTED_RULES, QuotedAnswerReader, answer_schema
 from serve.query.rerank import (
     RerankConfig,
     Reranker,
@@ -66,6 +69,12 @@ class QueryConfig(BaseModel):
         description="Restate the rules after the question (the 0.5B model then abstains "
         "far more often: RESULTS.md).",
     )
+    answer_format: Literal["prose", "quoted"] = Field(
+        "prose",
+        description="prose: the model writes an answer citing [n]; quoted: it answers in JSON "
+        "with its source and a quote of it (vLLM structured output), checked before the "
+        "answer is shown as grounded (serve/query/quotes.py).",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,7 @@ class PreparedPrompt:
     max_tokens: int
     cache_salt: str
     timings: dict[str, float]
+    json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
 
 
 class Stopwatch:
@@ -241,9 +251,11 @@ class QueryPipeline:
         if not hits:
             return None
         count = self.generator.count
+        quoted = self.config.answer_format == "quoted"
         builder = PromptBuilder(self.generator.special_tokens,
                                 withhold=self.config.withhold_instructions,
-                                remind=self.config.remind_rules)  # fmt: skip
+                                remind=self.config.remind_rules,
+                                rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
         not_found = not_found_message(question)
         max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         window = self.generator.max_model_len
@@ -272,8 +284,11 @@ class QueryPipeline:
             sources = canonical_order(admitted)
             token_ids = self.generator.render(builder.messages(sources, kept, question, not_found))
             if len(token_ids) + max_tokens <= window:
+                schema = answer_schema(sources, builder.withhold) if quoted else None
                 watch.lap("prompt")
-                return PreparedPrompt(token_ids, tuple(sources), max_tokens, salt, watch.timings)
+                return PreparedPrompt(
+                    token_ids, tuple(sources), max_tokens, salt, watch.timings, schema
+                )
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
         raise ContextLengthError(
@@ -324,13 +339,16 @@ class QueryPipeline:
             yield text
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
             return
-        citations = CitationFilter(prepared.sources)
+        reader = (
+            QuotedAnswerReader(prepared.sources, not_found_message(question))
+            if prepared.json_schema
+            else ProseAnswerReader(prepared.sources)
+        )
         shown: list[str] = []  # what the client was sent; it never starts with whitespace
 
         def visible(delta: str) -> str:
             return delta if shown else delta.lstrip()
 
-        parts: list[str] = []
         last: GenerationChunk | None = None
         async with admit(prepared) if admit else nullcontext(Grant()) as grant:
             if admit:
@@ -346,6 +364,7 @@ class QueryPipeline:
                     cache_salt=prepared.cache_salt,
                     request_id=f"{request_id}-{attempt}" if request_id and attempt else request_id,
                     priority=priority,
+                    json_schema=prepared.json_schema,
                 )
 
             try:
@@ -354,36 +373,33 @@ class QueryPipeline:
                     if started_now:
                         timings["first_token"] = _since(generating)
                         span.add_event("first_token")
-                    parts.append(chunk.text)
                     last = chunk
                     grant.usage = Usage(
                         chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
                     )
-                    if delta := visible(citations.feed(chunk.text)):
+                    if delta := visible(reader.feed(chunk.text)):
                         shown.append(delta)
                         yield delta
                     elif started_now:
                         yield ""  # generating, nothing to show yet (leading spaces, a "[")
             finally:
                 span.end()
-        if rest := visible(citations.flush()):
+        if rest := visible(reader.flush()):
             yield rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)
         # Statement spans index the answer text, which is exactly what was streamed.
-        checked = check_citations("".join(parts).lstrip(), prepared.sources)
-        abstained = is_not_found(checked.text)  # the model found no answer in the sources
-        usage = grant.usage
+        checked = reader.result()
         yield Answer(
             text=checked.text.rstrip(),
-            cited=() if abstained else checked.cited,
+            cited=checked.cited,
             sources=prepared.sources,
-            abstained=abstained,
+            abstained=checked.abstained,
             invalid_citations_removed=checked.invalid_removed,
             citations_written=checked.written,
-            usage=usage,
+            usage=grant.usage,
             finish_reason=last.finish_reason if last else None,
-            statements=() if abstained else checked.statements,
+            statements=checked.statements,
             timings=timings,
         )
 

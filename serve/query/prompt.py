@@ -68,11 +68,17 @@ class PromptBuilder:
     """Renders sources, history and question into chat messages for the model's template."""
 
     def __init__(
-        self, special_tokens: Iterable[str] = (), *, withhold: bool = True, remind: bool = False
+        self,
+        special_tokens: Iterable[str] = (),
+        *,
+        withhold: bool = True,
+        remind: bool = False,
+        rules: str = SYSTEM_RULES,
     ) -> None:
         """``withhold``: instruction-like passages of sources are replaced by a marker
-        (index/screening.py); ``remind``: the rules are restated after the question."""
-        self.withhold, self.remind = withhold, remind
+        (index/screening.py); ``remind``: the rules are restated after the question;
+        ``rules``: the system rules (``{not_found}`` is filled in)."""
+        self.withhold, self.remind, self.rules = withhold, remind, rules
         # Longest first, so "<|im_start|>" is escaped before any shorter token inside it.
         tokens = sorted({t for t in special_tokens if t}, key=len, reverse=True)
         self._special = re.compile("|".join(map(re.escape, tokens))) if tokens else None
@@ -97,7 +103,7 @@ class PromptBuilder:
 
     def system(self, sources: Sequence[Source], not_found: str) -> str:
         blocks = "\n\n".join(self.source_block(source) for source in sources)
-        rules = SYSTEM_RULES.format(not_found=not_found)
+        rules = self.rules.format(not_found=not_found)
         return f"{rules}\n\nSources:\n<sources>\n{blocks}\n</sources>"
 
     def messages(
