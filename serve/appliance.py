@@ -52,7 +52,8 @@ from serve.guard import RequestGuard
 from serve.keys import ApiKey, KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
-from serve.query.pipeline import Answer, Grant, PreparedPrompt, QueryOptions, QueryPipeline, Usage
+from serve.query.admission import Grant, Usage
+from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
 from serve.streaming import chat_events
 from serve.tracing import setup_tracing
@@ -519,11 +520,12 @@ class Ingress:
         return api.models_list(self.model_name)
 
     def _admission(self, key: ApiKey, grants: list[Grant]):
-        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot."""
+        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot: for
+        the answer, and for the generator's work before it (condensing, the generator
+        reranker)."""
 
         @contextlib.asynccontextmanager
-        async def admit(prepared: PreparedPrompt):
-            tokens = len(prepared.token_ids) + prepared.max_tokens
+        async def admit(tokens: int):
             lease = await asyncio.to_thread(
                 self.ledger.reserve, key.tenant, key.id, key.limits, tokens
             )
@@ -645,8 +647,23 @@ class Ingress:
 
     @app.post("/v1/embeddings")
     async def embeddings(self, request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
-        self._key(request, "query")
-        vectors, tokens = await self.embedder.embed.remote(body.texts())
+        key = self._key(request, "query")
+        texts = body.texts()
+        # Budgeted like generations (counted with the generator's tokenizer, as budgets are);
+        # the embedder's own count is what the response reports.
+        reserved = sum(self.generator.count(text) for text in texts)
+        try:
+            lease = await asyncio.to_thread(
+                self.ledger.reserve, key.tenant, key.id, key.limits, reserved
+            )
+        except GroundedError as exc:
+            await self._refused(key, exc)
+            raise
+        try:
+            vectors, tokens = await self.embedder.embed.remote(texts)
+        finally:
+            await asyncio.to_thread(self.ledger.settle, lease, reserved)
+        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=reserved)
         return api.embeddings(vectors, body.encoding_format, tokens, body.model)
 
     @app.post("/v1/files")
@@ -723,7 +740,10 @@ class Ingress:
             top_k=body.max_num_results, gate=False, score_threshold=threshold,
             search_filter=body.filters.search_filter() if body.filters else None,
         )  # fmt: skip
-        hits = await self.pipeline.retrieve(key.tenant, query, options)
+        # The generator reranker, when configured, is the generator's work: admitted.
+        hits = await self.pipeline.retrieve(
+            key.tenant, query, options, admit=self._admission(key, [])
+        )
         attributes = await self._tenant_shards(key.tenant).attributes.remote(
             [h.doc_id for h in hits]
         )

@@ -145,6 +145,7 @@ class UsageRow:
     abstained: int
     cancelled: int
     refused: dict[str, int]
+    embedded: int  # /v1/embeddings requests (their tokens are in prompt_tokens)
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -166,7 +167,7 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS requests_by_time ON requests (ts);
 """
-OUTCOMES = ("answered", "abstained", "cancelled", "refused")
+OUTCOMES = ("answered", "abstained", "cancelled", "refused", "embedded")
 
 
 class Ledger:
@@ -333,6 +334,7 @@ class Ledger:
             t = totals.setdefault(
                 (tenant_id, key_id),
                 {"requests": 0, "answered": 0, "abstained": 0, "cancelled": 0, "refused": {},
+                 "embedded": 0,
                  "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost": 0.0},
             )  # fmt: skip
             t["requests"] += count

@@ -7,8 +7,8 @@ Plain Python (no Ray): the appliance's deployments wrap it, and tests run it dir
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from index.types import SearchHit
 from serve.generator import GenerationChunk, Generator
+from serve.query.admission import (
+    Admission,
+    AdmittedGenerator,
+    AdmittedReranker,
+    Grant,
+    Usage,
+)
 from serve.query.budget import ContextLengthError, plan_budget
 from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
 from serve.query.condense import Condense, condense_query
@@ -32,6 +39,7 @@ from serve.query.prompt import (
 )
 from serve.query.quotes import QUOTED_RULES, QuotedAnswerReader, answer_schema
 from serve.query.rerank import (
+    GeneratorReranker,
     RerankConfig,
     Reranker,
     build_reranker,
@@ -78,20 +86,13 @@ class QueryConfig(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class Answer:
     text: str
     cited: tuple[Citation, ...]  # verified citations, in order of first use
     sources: tuple[Source, ...]  # every source that was in the prompt
     abstained: bool
     invalid_citations_removed: int = 0
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
     statements: tuple[Statement, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
@@ -142,30 +143,6 @@ class QueryOptions:
     max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
 
 
-# Starts a generation: (priority, attempt) -> its chunks. Admission may call it again (attempt
-# 1, 2, ...) when it preempted the generation before its first token.
-StartGeneration = Callable[[int, int], AsyncIterator[GenerationChunk]]
-
-
-def _start_now(start: StartGeneration) -> AsyncIterator[GenerationChunk]:
-    return start(0, 0)
-
-
-@dataclass(slots=True)
-class Grant:
-    """What admission (budgets, fair queuing) hands the generation: how to run it (fair
-    queuing may preempt and restart it before its first token), and the usage so far, kept
-    current as tokens arrive so that whoever admitted the request can settle it even when the
-    client goes away mid-answer."""
-
-    run: Callable[[StartGeneration], AsyncIterator[GenerationChunk]] = _start_now
-    usage: Usage = Usage()
-
-
-# Called with the prepared prompt just before the generator; raising refuses the request.
-Admission = Callable[[PreparedPrompt], AbstractAsyncContextManager[Grant]]
-
-
 class QueryPipeline:
     def __init__(
         self,
@@ -188,10 +165,11 @@ class QueryPipeline:
         query: str,
         options: QueryOptions = QueryOptions(),
         watch: Stopwatch | None = None,
+        admit: Admission | None = None,
     ) -> list[SearchHit]:
         """Candidates that pass the evidence gate (unless ``options.gate`` is off), best first,
         reranked when configured, at most ``top_k``. The shard is the tenant's own: no option
-        can widen the scope."""
+        can widen the scope. ``admit`` admits the generator reranker's work, when it runs."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
         params = SearchParams(
@@ -213,8 +191,11 @@ class QueryPipeline:
         languages = config.rerank.languages
         if not use_rerank or not hits or (languages is not None and language not in languages):
             return hits[:top_k]
+        reranker = self.reranker
+        if admit is not None and isinstance(reranker, GeneratorReranker):
+            reranker = AdmittedReranker(reranker, admit)
         reranked = await rerank(
-            self.reranker,
+            reranker,
             query,
             hits[: config.rerank.candidates],
             config.rerank.top_n or top_k,
@@ -234,8 +215,10 @@ class QueryPipeline:
         max_tokens: int | None = None,
         options: QueryOptions = QueryOptions(),
         watch: Stopwatch | None = None,
+        admit: Admission | None = None,
     ) -> PreparedPrompt | None:
-        """The prompt to generate from, or None when no source passes the gate (abstain)."""
+        """The prompt to generate from, or None when no source passes the gate (abstain).
+        ``admit`` admits the generator's work before the answer (condensing, reranking)."""
         watch = watch or Stopwatch()
         salt = cache_salt(tenant)
         query = await condense_query(
@@ -243,11 +226,11 @@ class QueryPipeline:
             history,
             self.config.condense,
             self.config.condense_turns,
-            self.generator,
+            AdmittedGenerator(self.generator, admit) if admit else self.generator,
             salt,
         )
         watch.lap("condense")
-        hits = await self.retrieve(tenant, query, options, watch)
+        hits = await self.retrieve(tenant, query, options, watch, admit)
         if not hits:
             return None
         count = self.generator.count
@@ -311,9 +294,9 @@ class QueryPipeline:
         citations never appear in the deltas (they are held back until checked), nor does
         leading whitespace: the deltas add up to the answer's text, which citation offsets
         index; an empty delta marks that the generation has started when its first token
-        shows nothing yet. ``admit``, when given, is entered with the prepared prompt right
-        before the generator and left when the generation ends (budgets and fair queuing in
-        the appliance)."""
+        shows nothing yet. ``admit``, when given, is entered with the tokens the answer may
+        use (prompt + max_tokens) right before the generator and left when the generation
+        ends (budgets and fair queuing in the appliance)."""
         root = tracer().start_span(
             "grounded.query",
             attributes={"grounded.request_id": request_id, "grounded.tenant": tenant},
@@ -333,7 +316,7 @@ class QueryPipeline:
     ):  # fmt: skip
         started = time.perf_counter()
         watch = Stopwatch(root)
-        prepared = await self.prepare(tenant, question, history, max_tokens, options, watch)
+        prepared = await self.prepare(tenant, question, history, max_tokens, options, watch, admit)
         if prepared is None:
             text = not_found_message(question)
             yield text
@@ -350,7 +333,8 @@ class QueryPipeline:
             return delta if shown else delta.lstrip()
 
         last: GenerationChunk | None = None
-        async with admit(prepared) if admit else nullcontext(Grant()) as grant:
+        reservation = len(prepared.token_ids) + prepared.max_tokens
+        async with admit(reservation) if admit else nullcontext(Grant()) as grant:
             if admit:
                 watch.lap("admission")
             timings = dict(watch.timings)

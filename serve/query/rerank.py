@@ -233,14 +233,18 @@ class GeneratorReranker:
             self._choices = yes, no
         return self._choices
 
-    async def _score(self, question: str, passage: str, cache_salt: str) -> float:
-        yes, no = self.choices()
+    def prompt(self, question: str, passage: str) -> list[int]:
+        """The judgement's prompt tokens."""
         escape = PromptBuilder(self.generator.special_tokens).escape
-        token_ids = self.generator.render([
+        return self.generator.render([
             {"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": JUDGE_USER.format(question=escape(question),
                                                           passage=escape(passage))},
         ])  # fmt: skip
+
+    async def _score(self, question: str, passage: str, cache_salt: str) -> float:
+        yes, no = self.choices()
+        token_ids = self.prompt(question, passage)
         logprobs = await self.generator.next_token_logprobs(
             token_ids, allowed_token_ids=sorted(yes | no), cache_salt=cache_salt
         )

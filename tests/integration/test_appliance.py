@@ -481,6 +481,33 @@ def test_a_keys_own_budget_applies_at_once_and_caps_max_tokens(appliance, upload
     assert 0 < answer.usage.completion_tokens <= 5  # the default max_tokens, capped
 
 
+def test_embeddings_are_charged_to_the_budgets_and_the_usage(appliance):
+    import json
+
+    from typer.testing import CliRunner
+
+    from serve.budgets import Budget
+    from serve.cli import app
+
+    running, _, config = appliance
+    store = KeyStore(config.data_dir)
+    key, secret = store.create("acme", ["query"], name="embeddings-only")
+    store.set_budget(key.id, Budget(tokens_per_minute=60))
+    api = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
+    wait_for_a_fresh_minute()
+    api.embeddings.create(model="grounded", input=["annual leave"])
+    with pytest.raises(openai.BadRequestError, match="whole budget tokens_per_minute = 60"):
+        api.embeddings.create(model="grounded", input=["annual leave days " * 40])
+    with pytest.raises(openai.RateLimitError, match="tokens_per_minute budget of 60"):
+        for _ in range(30):
+            api.embeddings.create(model="grounded", input=["annual leave days per year"])
+    shown = CliRunner().invoke(app, ["--data-dir", str(config.data_dir), "usage",
+                                     "--tenant", "acme", "--since", "1h", "--json"])  # fmt: skip
+    row = next(r for r in json.loads(shown.stdout)["usage"] if r["key_id"] == key.id)
+    assert row["embedded"] >= 2 and row["prompt_tokens"] > 0
+    assert row["refused"] == {"tokens_per_minute": 2}
+
+
 def test_a_quiet_tenant_is_served_before_a_busy_tenants_queue(appliance, uploaded):
     """generation_slots 1, queue_per_tenant 1: acme holds the slot and queues one more; a
     third acme request is 429; globex, arriving last, gets the slot before acme's queued one."""

@@ -201,8 +201,8 @@ def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(ser
             yield chunk
 
     @asynccontextmanager
-    async def admit(prepared):
-        seen.append((len(prepared.token_ids), prepared.max_tokens))
+    async def admit(tokens):
+        seen.append(tokens)
         grant = Grant(run=preempt_once)
         yield grant
         settled.append(grant.usage)
@@ -211,7 +211,7 @@ def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(ser
     answer = run(
         pipeline, "acme", "annual leave days", max_tokens=40, request_id="req-7", admit=admit
     )
-    assert seen == [(generator.calls[0]["tokens"], 40)]
+    assert seen == [generator.calls[0]["tokens"] + 40]
     # the dropped stream never started; the restart has its own engine request id
     assert [(c["priority"], c["request_id"]) for c in generator.calls] == [(3, "req-7-1")]
     assert answer.text == "Annual leave is 27 days [1]."
@@ -222,7 +222,7 @@ def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(ser
 def test_a_refused_admission_never_reaches_the_generator_and_the_gate_needs_none(service):
     from index.errors import RateLimitError
 
-    def refuse(prepared):
+    def refuse(tokens):
         raise RateLimitError("over budget", reason="tokens_per_minute")
 
     generator = ScriptedGenerator("unused")

@@ -1,0 +1,110 @@
+"""Admission of generator work: budgets and fair queuing see every call to the generator.
+
+The answer's generation is admitted by the pipeline with its prompt and ``max_tokens``. The
+generator is also called before the answer, by ``condense: generator`` (a rewrite of the
+question) and by the generator reranker (one yes/no judgement per candidate). Those calls go
+through the same admission, wrapped here, so a tenant cannot spend the engine outside its
+budget or ahead of other tenants' turns (issue 14).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from serve.generator import GenerationChunk, Generator
+from serve.query.rerank import GeneratorReranker
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# Starts a generation: (priority, attempt) -> its chunks. Admission may call it again (attempt
+# 1, 2, ...) when it preempted the generation before its first token.
+StartGeneration = Callable[[int, int], AsyncIterator[GenerationChunk]]
+
+
+def _start_now(start: StartGeneration) -> AsyncIterator[GenerationChunk]:
+    return start(0, 0)
+
+
+@dataclass(slots=True)
+class Grant:
+    """What admission (budgets, fair queuing) hands the generation: how to run it (fair
+    queuing may preempt and restart it before its first token), and the usage so far, kept
+    current as tokens arrive so that whoever admitted the request can settle it even when the
+    client goes away mid-answer."""
+
+    run: Callable[[StartGeneration], AsyncIterator[GenerationChunk]] = _start_now
+    usage: Usage = Usage()
+
+
+# Called with the most tokens a generator call may use (prompt + max_tokens) just before the
+# generator; raising refuses the request. Leaving the context settles ``grant.usage``.
+Admission = Callable[[int], AbstractAsyncContextManager[Grant]]
+
+
+class AdmittedGenerator:
+    """A Generator whose generations are admitted one by one (condensing)."""
+
+    def __init__(self, generator: Generator, admit: Admission) -> None:
+        self.generator, self.admit = generator, admit
+        self.max_model_len = generator.max_model_len
+        self.special_tokens = generator.special_tokens
+        self.count, self.encode = generator.count, generator.encode
+        self.render = generator.render
+
+    async def stream(
+        self,
+        token_ids: list[int],
+        *,
+        max_tokens: int,
+        cache_salt: str,
+        request_id: str = "",
+        priority: int = 0,
+        json_schema: dict | None = None,
+    ) -> AsyncIterator[GenerationChunk]:
+        async with self.admit(len(token_ids) + max_tokens) as grant:
+
+            def start(priority: int, attempt: int) -> AsyncIterator[GenerationChunk]:
+                return self.generator.stream(
+                    token_ids, max_tokens=max_tokens, cache_salt=cache_salt,
+                    priority=priority, json_schema=json_schema,
+                )  # fmt: skip
+
+            async for chunk in grant.run(start):
+                grant.usage = Usage(
+                    chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
+                )
+                yield chunk
+
+    async def next_token_logprobs(
+        self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
+    ) -> dict[int, float]:
+        async with self.admit(len(token_ids) + 1) as grant:
+            logprobs = await self.generator.next_token_logprobs(
+                token_ids, allowed_token_ids=allowed_token_ids, cache_salt=cache_salt
+            )
+            grant.usage = Usage(len(token_ids), 0, 1)
+        return logprobs
+
+
+class AdmittedReranker:
+    """The generator reranker admitted once per ranking, for all its candidates: one
+    reservation of every judgement's prompt and token (its judgements run at once, so one per
+    judgement would trip a key's ``max_concurrent`` by itself)."""
+
+    def __init__(self, reranker: GeneratorReranker, admit: Admission) -> None:
+        self.reranker, self.admit = reranker, admit
+
+    async def scores(self, query: str, passages: Sequence[str], cache_salt: str) -> list[float]:
+        prompts = sum(len(self.reranker.prompt(query, passage)) for passage in passages)
+        async with self.admit(prompts + len(passages)) as grant:
+            scores = await self.reranker.scores(query, passages, cache_salt)
+            grant.usage = Usage(prompts, 0, len(passages))
+        return scores
