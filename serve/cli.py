@@ -744,6 +744,60 @@ def usage(
     out.print(table)
 
 
+@app.command("backup")
+def backup_command(
+    ctx: typer.Context,
+    dest: Annotated[Path, typer.Argument(help="A new or empty folder for the backup.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy every tenant's shard, the API keys and the usage ledger into DEST, consistently,
+    while the appliance serves (SQLite's online backup). Models are named, not copied."""
+    from serve.backup import backup, models_in_use
+
+    config: AppConfig = ctx.obj.config
+
+    def report(entry) -> None:
+        err.print(f"copied {entry.path} ({entry.size / 1e6:.1f} MB)")
+
+    manifest = _run(lambda: backup(config.data_dir, dest, models=models_in_use(config),
+                                   progress=None if as_json else report))  # fmt: skip
+    if as_json:
+        _print_json({"backup": str(dest), **manifest.model_dump(mode="json")})
+        return
+    tenants = ", ".join(f"{t.tenant} ({t.documents} documents)" for t in manifest.tenants)
+    out.print(f"backed up into {dest}: tenants {tenants or 'none'}; {len(manifest.files)} files")
+
+
+@app.command("restore")
+def restore_command(
+    ctx: typer.Context,
+    src: Annotated[Path, typer.Argument(help="A folder written by `grounded backup`.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the data directory's current state.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify a backup (checksums, SQLite integrity) and make it the data directory's state,
+    all or nothing. Stop the appliance first."""
+    from serve.backup import restore
+
+    result = _run(lambda: restore(src, ctx.obj.config.data_dir, force=force))
+    replaced = str(result.replaced) if result.replaced else None
+    if as_json:
+        _print_json({"data_dir": str(result.data_dir), "replaced": replaced,
+                     **result.manifest.model_dump(mode="json")})  # fmt: skip
+        return
+    tenants = ", ".join(t.tenant for t in result.manifest.tenants) or "none"
+    out.print(f"restored {src} into {result.data_dir} (tenants: {tenants}); vector indexes are "
+              "rebuilt when each shard is first opened")  # fmt: skip
+    models = ", ".join(f"{role} {name}" for role, name in result.manifest.models.items() if name)
+    if models:
+        out.print(f"models the backed-up config used (backups hold none): {models}; "
+                  "`grounded models list` shows which are installed here")  # fmt: skip
+    if replaced:
+        err.print(f"the previous state is kept in {replaced}: delete it once you have checked")
+
+
 @app.command()
 def up(
     ctx: typer.Context,
