@@ -734,12 +734,13 @@ def usage(
     if not rows:
         err.print("no requests recorded" + (f" since {since}" if since else ""))
         return
-    table = _table("tenant", "key", "requests", "answered", "abstained", "refused", "prompt",
-                   "cached", "completion", f"cost ({currency})", whole=("key",))  # fmt: skip
+    table = _table("tenant", "key", "requests", "answered", "abstained", "refused", "embedded",
+                   "prompt", "cached", "completion", f"cost ({currency})",
+                   whole=("key",))  # fmt: skip
     for r in rows:
         refused = ", ".join(f"{n} {reason}" for reason, n in r.refused.items()) or "0"
         table.add_row(r.tenant, r.key_id, str(r.requests), str(r.answered), str(r.abstained),
-                      refused, str(r.prompt_tokens), str(r.cached_tokens),
+                      refused, str(r.embedded), str(r.prompt_tokens), str(r.cached_tokens),
                       str(r.completion_tokens), f"{r.cost:.6f}")  # fmt: skip
     out.print(table)
 
