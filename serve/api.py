@@ -78,7 +78,8 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    # Documented as the one model there is; another name is answered 404 model_not_found.
+    model: str = Field(json_schema_extra={"enum": [MODEL_ID]})
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None

@@ -37,7 +37,7 @@ from index.pipeline import SourceFile
 from index.service import IndexService
 from index.store.shard import TenantShard
 from index.types import SearchHit
-from serve import api
+from serve import api, openapi
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
 from serve.fairness import FairQueue
@@ -400,6 +400,7 @@ app = FastAPI(
     title="Grounded",
     description="Answers from your own documents, with checked citations (OpenAI-compatible).",
 )
+openapi.install(app)
 
 
 @app.exception_handler(GroundedError)
@@ -510,11 +511,11 @@ class Ingress:
     def _tenant_shards(self, tenant: str):
         return self.shards.options(multiplexed_model_id=tenant)
 
-    @app.get("/health")
+    @app.get("/health", response_model=None, responses={200: {"model": openapi.Health}})
     async def health(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", response_model=None, responses=openapi.MODELS)
     async def models(self, request: Request) -> dict[str, Any]:
         self._key(request, "query")
         return api.models_list(self.model_name)
@@ -586,7 +587,7 @@ class Ingress:
             tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
         )
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", response_model=None, responses=openapi.CHAT)
     async def chat(self, request: Request, body: api.ChatRequest):
         key = self._key(request, "query")
         api.check_model(body.model)
@@ -645,7 +646,7 @@ class Ingress:
             m.abstentions.inc(tags={"by": "model" if answer.sources else "gate"})
         m.add(m.invalid_citations, answer.invalid_citations_removed)
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
     async def embeddings(self, request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
         key = self._key(request, "query")
         texts = body.texts()
@@ -666,7 +667,7 @@ class Ingress:
         await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=reserved)
         return api.embeddings(vectors, body.encoding_format, tokens, body.model)
 
-    @app.post("/v1/files")
+    @app.post("/v1/files", response_model=None, responses=openapi.FILE)
     async def upload(
         self,
         request: Request,
@@ -691,19 +692,21 @@ class Ingress:
             raise api.refusal(result)
         return api.file_object(record)
 
-    @app.get("/v1/files")
+    @app.get("/v1/files", response_model=None, responses=openapi.FILES)
     async def files(self, request: Request) -> dict[str, Any]:
         key = self._key(request, "query")
         records = await self._tenant_shards(key.tenant).files.remote()
         return {"object": "list", "data": [api.file_object(r) for r in records],
                 "has_more": False}  # fmt: skip
 
-    @app.get("/v1/files/{file_id}")
+    @app.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
     async def file(self, request: Request, file_id: str) -> dict[str, Any]:
         key = self._key(request, "query")
         return api.file_object(await self._file(key.tenant, file_id))
 
-    @app.get("/v1/files/{file_id}/content", response_class=PlainTextResponse)
+    @app.get(
+        "/v1/files/{file_id}/content", response_class=PlainTextResponse, responses=openapi.TEXT
+    )
     async def file_content(self, request: Request, file_id: str) -> PlainTextResponse:
         """The file's text as stored (extracted from PDF and HTML): citation URLs give character
         ranges of this text (``#char=start,end``)."""
@@ -717,14 +720,14 @@ class Ingress:
         except DocumentNotFoundError:
             raise DocumentNotFoundError(f"no such file: {file_id}") from None
 
-    @app.delete("/v1/files/{file_id}")
+    @app.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
     async def delete(self, request: Request, file_id: str) -> dict[str, Any]:
         key = self._key(request, "ingest")
         await self._file(key.tenant, file_id)  # 404 for absent and other tenants' ids alike
         await self._tenant_shards(key.tenant).delete.remote(file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
-    @app.post("/v1/vector_stores/{store_id}/search")
+    @app.post("/v1/vector_stores/{store_id}/search", response_model=None, responses=openapi.SEARCH)
     async def search(
         self, request: Request, store_id: str, body: api.SearchRequest
     ) -> dict[str, Any]:

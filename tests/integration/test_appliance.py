@@ -12,50 +12,20 @@ import urllib.request
 import openai
 import pytest
 
-from serve.config import load_config
 from serve.keys import KeyStore
-from tests.conftest import CORPUS, use_engine_environment
-from tests.tiny_model import build_tiny_model
+from tests.appliances import free_port, tiny_appliance_config
+from tests.conftest import CORPUS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MINUTE_BUDGET, DAY_BUDGET = 2000, 3000
 QUESTION = [{"role": "user", "content": "How many days of annual leave do employees get?"}]
 
 
-def free_port() -> int:
-    """A free port between Ray's worker ports (10002-19999) and the ephemeral range (32768+,
-    where Ray's own servers bind port 0): a port the OS hands out as free can be taken by one
-    of Ray's processes before the Serve proxy binds it."""
-    import random
-
-    while True:
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-
-
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
     root = tmp_path_factory.mktemp("appliance")
-    use_engine_environment(root)
-    text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3 + " yes no Yes No" * 50
-    model = build_tiny_model(root / "tiny", text)
-    fractional = {"num_cpus": 0.1, "max_ongoing_requests": 32}
-    config = load_config(
-        None,
-        data_dir=root / "data",
-        generator={"model": str(model), "max_model_len": 4096, "max_tokens": 16,
-                   "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
-                                     "kv_cache_memory_bytes": 256 * 2**20,
-                                     "scheduling_policy": "priority"}},
-        serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
-               "generation_slots": 1, "queue_per_tenant": 1,
-               "deployments": {name: fractional
-                               for name in ("ingress", "embedder", "shards", "generator")}},
+    config = tiny_appliance_config(
+        root,
         budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
                              "hooli": {"tokens_per_day": DAY_BUDGET}},
                  "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,

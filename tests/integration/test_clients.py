@@ -24,8 +24,8 @@ from openai.types.chat import ChatCompletion
 from serve.config import load_config
 from serve.keys import KeyStore
 from serve.models import fetch, models_dir
+from tests.appliances import free_port
 from tests.conftest import CORPUS, REPO, use_engine_environment, with_judge
-from tests.integration.test_appliance import free_port
 from tests.openai_schema import chunk_conforms, conforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]

@@ -17,8 +17,8 @@ import pytest
 
 from serve.config import load_config
 from serve.keys import KeyStore
+from tests.appliances import free_port
 from tests.conftest import CORPUS, use_engine_environment
-from tests.integration.test_appliance import free_port
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

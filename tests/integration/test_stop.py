@@ -16,8 +16,8 @@ import psutil
 import pytest
 import yaml
 
+from tests.appliances import free_port
 from tests.conftest import CORPUS, engine_environment
-from tests.integration.test_appliance import free_port
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,0 +1,49 @@
+"""A small appliance for integration tests: a local Ray on CPU and the real deployments
+(MiniLM, FAISS + SQLite shards, vLLM with the tiny model), on free ports of 127.0.0.1."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+from typing import Any
+
+from serve.config import AppConfig, load_config
+from tests.conftest import CORPUS, use_engine_environment
+from tests.tiny_model import build_tiny_model
+
+
+def free_port() -> int:
+    """A free port between Ray's worker ports (10002-19999) and the ephemeral range (32768+,
+    where Ray's own servers bind port 0): a port the OS hands out as free can be taken by one
+    of Ray's processes before the Serve proxy binds it."""
+    while True:
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+def tiny_appliance_config(root: Path, **overrides: Any) -> AppConfig:
+    """The config of a test appliance under ``root`` (the tiny model is built there);
+    ``overrides`` are further config sections (budgets, query...)."""
+    use_engine_environment(root)
+    text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3 + " yes no Yes No" * 50
+    model = build_tiny_model(root / "tiny", text)
+    fractional = {"num_cpus": 0.1, "max_ongoing_requests": 32}
+    return load_config(
+        None,
+        data_dir=root / "data",
+        generator={"model": str(model), "max_model_len": 4096, "max_tokens": 16,
+                   "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
+                                     "kv_cache_memory_bytes": 256 * 2**20,
+                                     "scheduling_policy": "priority"}},
+        serve={"port": free_port(), "metrics_port": free_port(), "generator_threads": 1,
+               "generation_slots": 1, "queue_per_tenant": 1,
+               "deployments": {name: fractional
+                               for name in ("ingress", "embedder", "shards", "generator")}},
+        **overrides,
+    )  # fmt: skip
