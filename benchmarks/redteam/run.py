@@ -36,11 +36,15 @@ from serve.models import fetch, resolve_model  # noqa: E402
 from serve.query.pipeline import QueryPipeline  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
+PROSE, QUOTED = {"answer_format": "prose"}, {"answer_format": "quoted"}
 VARIANTS = {
-    "undefended": {"withhold_instructions": False, "remind_rules": False},
-    "remind": {"withhold_instructions": False, "remind_rules": True},
-    "withhold": {"withhold_instructions": True, "remind_rules": False},  # the default
-    "both": {"withhold_instructions": True, "remind_rules": True},
+    "undefended": {"withhold_instructions": False, "remind_rules": False, **PROSE},
+    "remind": {"withhold_instructions": False, "remind_rules": True, **PROSE},
+    "withhold": {"withhold_instructions": True, "remind_rules": False, **PROSE},
+    "both": {"withhold_instructions": True, "remind_rules": True, **PROSE},
+    # quoted answers (serve/query/quotes.py): the default since issue 13's item 3
+    "quoted-undefended": {"withhold_instructions": False, "remind_rules": False, **QUOTED},
+    "quoted": {"withhold_instructions": True, "remind_rules": False, **QUOTED},
 }
 TENANT = "redteam"
 
