@@ -20,7 +20,6 @@ import os
 import time
 import uuid
 import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from serve.models import resolve_model
 from serve.query.admission import Grant, Usage
 from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
+from serve.query_cache import QueryEmbeddingCache
 from serve.streaming import chat_events
 from serve.tracing import setup_tracing
 
@@ -73,8 +73,7 @@ class Embedder:
         from index.embedding import SentenceTransformerEmbedder
 
         self.embedder = SentenceTransformerEmbedder(config.index.embedder).start()
-        self.cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
-        self.cache_size = config.serve.embed_cache_size
+        self.cache = QueryEmbeddingCache(config.serve.embed_cache_size)
         self._embed_batch.set_max_batch_size(config.serve.embed_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(config.serve.embed_batch_wait_s)
 
@@ -89,18 +88,13 @@ class Embedder:
 
     async def embed_query(self, text: str, tenant: str) -> np.ndarray:
         """Cached per tenant: a hit's speed would otherwise tell one tenant what another asked."""
-        normalised = " ".join(text.split())
-        key = (tenant, self.embedder.model_id, normalised)
-        if key in self.cache:
-            self.cache.move_to_end(key)
+        key = QueryEmbeddingCache.key(tenant, self.embedder.model_id, text)
+        if (vector := self.cache.get(key)) is not None:
             metrics().embed_cache.inc(tags={"result": "hit"})
-            return self.cache[key]
+            return vector
         metrics().embed_cache.inc(tags={"result": "miss"})
-        vector = await self._embed_batch(normalised)
-        if self.cache_size:
-            self.cache[key] = vector
-            if len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+        vector = await self._embed_batch(key[2])
+        self.cache.put(key, vector)
         return vector
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
