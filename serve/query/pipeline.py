@@ -362,6 +362,8 @@ class QueryPipeline:
                         chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
                     )
                     if delta := visible(reader.feed(chunk.text)):
+                        if not shown:  # quoted answers show text only after the quote
+                            timings["first_text"] = _since(generating)
                         shown.append(delta)
                         yield delta
                     elif started_now:

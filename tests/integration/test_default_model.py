@@ -61,4 +61,8 @@ def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_pa
     cited = {c.source.hit.file_name for c in leave.cited}
     assert "employee-handbook.md" in cited, (leave.text, cited)
     assert all(c.support >= 0.5 for c in leave.cited)
+    if config.query.answer_format == "quoted":  # the shipped default: a checked quote
+        (cited,) = leave.cited
+        assert cited.verified and cited.quote and cited.quote in cited.source.hit.text
+        assert leave.text.endswith(f"[{cited.source.number}]")
     assert absent.abstained and absent.text == NOT_FOUND["en"] and absent.cited == ()
