@@ -44,6 +44,9 @@ exactly; "answer" is a brief answer to the question, in the language of the ques
 from the quote."""
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A thousands separator between digit groups ("117,000", "12 000", "35\u202f786"): the same
+# number however it is written.
+_GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
 
 
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
@@ -129,7 +132,11 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
     evidence = _normalise(source.hit.text)
     if _normalise(reply.quote) not in evidence:
         return False
-    return set(_NUMBER.findall(reply.answer)) <= set(_NUMBER.findall(evidence))
+    return _numbers(reply.answer) <= _numbers(evidence)
+
+
+def _numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(_GROUPING.sub("", text)))
 
 
 class QuotedAnswerReader:

@@ -89,6 +89,16 @@ def test_an_answer_stating_a_number_its_source_does_not_hold_is_not_verified():
     assert not verify_quote(QuotedReply(1, quote, "2 days"), sources)  # not a digit of 27
 
 
+def test_a_number_matches_however_its_thousands_are_grouped():
+    text = "He travelled about 117,000 km. The family has 12 000 species. It is 4,9 m long."
+    sources = [source(1, text)]
+    quote = "He travelled about 117,000 km."
+    for answer in ("117000 km", "117 000 km", "117\u202f000", "12000 species", "4,9 m"):
+        assert verify_quote(QuotedReply(1, quote, answer), sources), answer
+    for answer in ("118000 km", "49 m", "1170 km"):
+        assert not verify_quote(QuotedReply(1, quote, answer), sources), answer
+
+
 ACME = {"leave.txt": LEAVE, "pump.txt": PUMP}
 
 
