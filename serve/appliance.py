@@ -644,8 +644,8 @@ class Ingress:
     async def embeddings(self, request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
         key = self._key(request, "query")
         texts = body.texts()
-        # Budgeted like generations (counted with the generator's tokenizer, as budgets are);
-        # the embedder's own count is what the response reports.
+        # Reserved with the generator's tokenizer (an estimate made before the embedder runs);
+        # charged and recorded as the embedder's own count, the usage the response reports.
         reserved = sum(self.generator.count(text) for text in texts)
         try:
             lease = await asyncio.to_thread(
@@ -654,11 +654,12 @@ class Ingress:
         except GroundedError as exc:
             await self._refused(key, exc)
             raise
+        tokens = 0
         try:
             vectors, tokens = await self.embedder.embed.remote(texts)
         finally:
-            await asyncio.to_thread(self.ledger.settle, lease, reserved)
-        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=reserved)
+            await asyncio.to_thread(self.ledger.settle, lease, tokens)
+        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=tokens)
         return api.embeddings(vectors, body.encoding_format, tokens, body.model)
 
     @app.post("/v1/files", response_model=None, responses=openapi.FILE)

@@ -465,16 +465,18 @@ def test_embeddings_are_charged_to_the_budgets_and_the_usage(appliance):
     store.set_budget(key.id, Budget(tokens_per_minute=60))
     api = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
     wait_for_a_fresh_minute()
-    api.embeddings.create(model="grounded", input=["annual leave"])
+    reported = [api.embeddings.create(model="grounded", input=["annual leave"]).usage]
     with pytest.raises(openai.BadRequestError, match="whole budget tokens_per_minute = 60"):
         api.embeddings.create(model="grounded", input=["annual leave days " * 40])
     with pytest.raises(openai.RateLimitError, match="tokens_per_minute budget of 60"):
         for _ in range(30):
-            api.embeddings.create(model="grounded", input=["annual leave days per year"])
+            embedded = api.embeddings.create(model="grounded", input=["annual leave per year"])
+            reported.append(embedded.usage)
     shown = CliRunner().invoke(app, ["--data-dir", str(config.data_dir), "usage",
                                      "--tenant", "acme", "--since", "1h", "--json"])  # fmt: skip
     row = next(r for r in json.loads(shown.stdout)["usage"] if r["key_id"] == key.id)
-    assert row["embedded"] >= 2 and row["prompt_tokens"] > 0
+    assert row["embedded"] == len(reported) >= 2
+    assert row["prompt_tokens"] == sum(u.prompt_tokens for u in reported) > 0
     assert row["refused"] == {"tokens_per_minute": 2}
 
 
