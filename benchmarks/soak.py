@@ -1,15 +1,17 @@
 """Soak: the appliance under steady mixed traffic for a while; does anything grow or fail?
 
-    .venv/bin/python benchmarks/soak.py [--minutes 10] [--clients 4] [--config configs/cpu.yaml]
+    .venv/bin/python benchmarks/soak.py [--minutes 30] [--clients 8] [--max-requests N]
 
-Starts the appliance (the config's resources, a temporary data directory), uploads the acme
-sample corpus, then runs ``--clients`` concurrent clients, each looping over a mix of what
-users do: chat (streamed and not), embeddings, vector-store search, listing files, and an
-upload followed by its deletion. Every ``--sample-s`` seconds it records the resident memory
-of every process of the appliance (this process's children and Ray's workers, by name),
-the open budget leases, and per-interval request counts, errors and latency. Reported: the
-first and last samples side by side (memory growth per process kind), errors by status,
-latency p50/p95 per interval, and whether any lease stayed open after the traffic stopped.
+Starts the appliance (configs/cpu.yaml's resources, a temporary data directory, loopback only),
+uploads each sample corpus into its tenant (acme, globex), then runs ``--clients`` concurrent
+clients, half per tenant, each looping over a mix of what users do: chat (streamed and not),
+embeddings, vector-store search, listing files, and an upload followed by its deletion, until
+``--minutes`` or ``--max-requests``. Every ``--sample-s`` seconds it records the resident
+memory of every process of the appliance (by kind: Ray names its replicas' workers), the open
+budget leases, and per-interval requests, errors and latency. Reported: memory per process
+kind after warm-up and at the end, errors by status (a 5xx is a failure), latency per
+interval, open leases after the traffic stopped, and the usage ledger against the sum of the
+usage the responses reported, per tenant.
 """
 
 from __future__ import annotations
@@ -59,43 +61,58 @@ def open_leases(data_dir: Path) -> int:
         return db.execute("SELECT count(*) FROM leases").fetchone()[0]
 
 
-async def soak(config, minutes: float, clients: int, sample_s: float) -> None:
+async def soak(config, minutes: float, clients: int, sample_s: float, max_requests: int) -> None:
     import openai
 
     from serve import up
+    from serve.budgets import Ledger
     from serve.keys import KeyStore
 
     running = up.start(config, dashboard=False)
     try:
-        key = KeyStore(config.data_dir).create("acme", name="soak")[1]
-        client = openai.AsyncOpenAI(base_url=running.api_url, api_key=key, timeout=600,
-                                    max_retries=0)  # fmt: skip
-        corpus = sorted((ROOT / "samples" / "corpus" / "acme").iterdir())
-        for path in corpus:
-            await client.files.create(file=(path.name, path.read_bytes()), purpose="assistants")
+        tenants = ("acme", "globex")
+        keys = KeyStore(config.data_dir)
+        clients_by_tenant = {
+            tenant: openai.AsyncOpenAI(base_url=running.api_url, timeout=600, max_retries=0,
+                                       api_key=keys.create(tenant, name="soak")[1])
+            for tenant in tenants
+        }  # fmt: skip
+        corpora = {t: sorted((ROOT / "samples" / "corpus" / t).iterdir()) for t in tenants}
+        for tenant, client in clients_by_tenant.items():
+            for path in corpora[tenant]:
+                await client.files.create(file=(path.name, path.read_bytes()),
+                                          purpose="assistants")  # fmt: skip
+        reported = {t: collections.Counter() for t in tenants}  # usage the responses reported
         question = lambda: [{"role": "user", "content": random.choice(QUESTIONS)}]  # noqa: E731
 
-        async def chat():
-            await client.chat.completions.create(model="grounded", messages=question(),
-                                                 max_tokens=48)  # fmt: skip
+        async def chat(tenant, client):
+            done = await client.chat.completions.create(model="grounded", messages=question(),
+                                                        max_tokens=48)  # fmt: skip
+            reported[tenant]["prompt"] += done.usage.prompt_tokens
+            reported[tenant]["completion"] += done.usage.completion_tokens
 
-        async def stream():
-            async for _ in await client.chat.completions.create(
-                model="grounded", messages=question(), max_tokens=48, stream=True
-            ):
-                pass
+        async def stream(tenant, client):
+            async for chunk in await client.chat.completions.create(
+                model="grounded", messages=question(), max_tokens=48, stream=True,
+                stream_options={"include_usage": True},
+            ):  # fmt: skip
+                if chunk.usage:
+                    reported[tenant]["prompt"] += chunk.usage.prompt_tokens
+                    reported[tenant]["completion"] += chunk.usage.completion_tokens
 
-        async def embed():
-            await client.embeddings.create(model="grounded", input=[random.choice(QUESTIONS)])
+        async def embed(tenant, client):
+            done = await client.embeddings.create(model="grounded",
+                                                  input=[random.choice(QUESTIONS)])  # fmt: skip
+            reported[tenant]["prompt"] += done.usage.prompt_tokens
 
-        async def search():
-            await client.vector_stores.search("vs_acme", query=random.choice(QUESTIONS))
+        async def search(tenant, client):
+            await client.vector_stores.search(f"vs_{tenant}", query=random.choice(QUESTIONS))
 
-        async def files():
+        async def files(tenant, client):
             await client.files.list()
 
-        async def churn():
-            path = random.choice(corpus)
+        async def churn(tenant, client):
+            path = random.choice(corpora[tenant])
             name = f"soak-{random.randrange(10**6)}-{path.name}"
             created = await client.files.create(file=(name, path.read_bytes()),
                                                 purpose="assistants")  # fmt: skip
@@ -105,13 +122,19 @@ async def soak(config, minutes: float, clients: int, sample_s: float) -> None:
         intervals: list[dict] = []
         current = {"latency": [], "errors": collections.Counter(), "by": collections.Counter()}
         deadline = time.monotonic() + 60 * minutes
+        budget = [max_requests]
 
-        async def worker():
-            while time.monotonic() < deadline:
+        def going() -> bool:
+            return time.monotonic() < deadline and budget[0] > 0
+
+        async def worker(tenant: str):
+            client = clients_by_tenant[tenant]
+            while going():
+                budget[0] -= 1
                 action = random.choice(mix)
                 started = time.perf_counter()
                 try:
-                    await action()
+                    await action(tenant, client)
                     current["latency"].append(time.perf_counter() - started)
                 except openai.APIStatusError as exc:
                     current["errors"][str(exc.status_code)] += 1
@@ -122,7 +145,7 @@ async def soak(config, minutes: float, clients: int, sample_s: float) -> None:
         async def sampler():
             nonlocal current
             started = time.monotonic()
-            while time.monotonic() < deadline:
+            while going():
                 await asyncio.sleep(sample_s)
                 done, current = current, {"latency": [], "errors": collections.Counter(),
                                           "by": collections.Counter()}  # fmt: skip
@@ -143,9 +166,19 @@ async def soak(config, minutes: float, clients: int, sample_s: float) -> None:
                 )
 
         before = memory_by_kind()
-        await asyncio.gather(sampler(), *(worker() for _ in range(clients)))
+        workers = [worker(tenants[i % len(tenants)]) for i in range(clients)]
+        await asyncio.gather(sampler(), *workers)
         await asyncio.sleep(2)
         report(before, intervals, open_leases(config.data_dir), minutes, clients)
+        ledger = Ledger(config.data_dir, config.budgets)
+        print("\n| tenant | prompt tokens (ledger / responses) | completion tokens (ledger / "
+              "responses) |\n|---|---|---|")  # fmt: skip
+        for tenant in tenants:
+            rows = ledger.usage(tenant)
+            prompt = sum(r.prompt_tokens for r in rows)
+            completion = sum(r.completion_tokens for r in rows)
+            print(f"| {tenant} | {prompt} / {reported[tenant]['prompt']} | {completion} / "
+                  f"{reported[tenant]['completion']} |")  # fmt: skip
     finally:
         running.stop()
 
@@ -175,15 +208,16 @@ def report(before, intervals, leases_after, minutes, clients) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
-    parser.add_argument("--minutes", type=float, default=10)
-    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--max-requests", type=int, default=100_000)
     parser.add_argument("--sample-s", type=float, default=30)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grounded-soak-") as tmp:
         config = load_config(Path(args.config), data_dir=Path(tmp) / "data")
         (Path(tmp) / "data").mkdir()
         (Path(tmp) / "data" / "models").symlink_to(ROOT / "data" / "models")
-        asyncio.run(soak(config, args.minutes, args.clients, args.sample_s))
+        asyncio.run(soak(config, args.minutes, args.clients, args.sample_s, args.max_requests))
 
 
 if __name__ == "__main__":
