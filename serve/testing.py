@@ -24,8 +24,9 @@ class ScriptedGenerator:
         reply: str = "",
         max_model_len: int = 4096,
         judge: Callable[[list[dict[str, str]]], float] | None = None,
+        finish_reason: str = "stop",
     ) -> None:
-        self.reply = reply
+        self.reply, self.finish_reason = reply, finish_reason
         self.max_model_len = max_model_len
         self.judge = judge
         self.calls: list[dict] = []
@@ -60,7 +61,8 @@ class ScriptedGenerator:
         pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):
             done = index == len(pieces)
-            yield GenerationChunk(piece, "stop" if done else None, len(token_ids), 0, index)
+            finish = self.finish_reason if done else None
+            yield GenerationChunk(piece, finish, len(token_ids), 0, index)
 
     async def next_token_logprobs(
         self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str

@@ -195,7 +195,7 @@ class ProseAnswerReader:
         self._raw.append(delta)
         return self._filter.feed(delta)
 
-    def flush(self) -> str:
+    def flush(self, finish_reason: str | None = None) -> str:
         return self._filter.flush()
 
     def result(self) -> CheckedAnswer:

@@ -370,7 +370,7 @@ class QueryPipeline:
                         yield ""  # generating, nothing to show yet (leading spaces, a "[")
             finally:
                 span.end()
-        if rest := visible(reader.flush()):
+        if rest := visible(reader.flush(last.finish_reason if last else None)):
             yield rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)

@@ -152,10 +152,15 @@ class QuotedAnswerReader:
     def feed(self, delta: str) -> str:
         return self._reader.feed(delta)
 
-    def flush(self) -> str:
-        """What follows the answer's text: " [n]", the "not found" message, or nothing."""
+    def flush(self, finish_reason: str | None = None) -> str:
+        """What follows the answer's text: " [n]", the "not found" message, or nothing. A reply
+        cut by max_tokens before its answer is an empty answer, not a "not found": the quote
+        comes first and spends tokens too."""
         reply = self._reader.reply()
         text = reply.answer.lstrip()
+        if finish_reason == "length" and not text.strip():
+            self._result = CheckedAnswer("", (), (), 0, 0)
+            return ""
         if reply.source == 0 or not text.strip() or is_not_found(text):
             shown = text or self.not_found
             self._result = CheckedAnswer(shown, (), (), 0, 0, abstained=True)

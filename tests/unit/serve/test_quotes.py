@@ -170,3 +170,12 @@ def test_a_not_found_answer_under_a_source_number_is_an_abstention(service):
     deltas, answer, _ = ask(service, reply)
     assert answer.abstained and answer.cited == ()
     assert "".join(deltas) == answer.text == "Not found in the sources."
+
+
+def test_a_reply_cut_by_max_tokens_before_its_answer_is_empty_not_an_abstention(service):
+    number = leave_number(ask(service, {"source": 0, "quote": "", "answer": ""})[1])
+    cut = json.dumps({"source": number, "quote": "Annual leave is 27 days per calendar year."})
+    generator = ScriptedGenerator(cut[:-1] + ', "answer": "', finish_reason="length")
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(answer_format="quoted"))
+    answer = asyncio.run(pipeline.answer("acme", "annual leave days", max_tokens=20))
+    assert answer.text == "" and not answer.abstained and answer.cited == ()
