@@ -52,7 +52,7 @@ def memory_by_kind() -> dict[str, float]:
         except psutil.Error:
             continue
         kind = name.split(":")[-1] if "ServeReplica" in name else process.name()
-        kinds[kind[:40]] += rss
+        kinds[kind.split(".")[0][:40]] += rss  # a worker's title also names its current method
     return dict(kinds)
 
 
