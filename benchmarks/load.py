@@ -7,7 +7,11 @@ Phase 1 starts the appliance (configs/cpu.yaml resources, a temporary data direc
 the acme sample corpus through the API and sends streaming chat completions at each
 concurrency (each level sends `--waves` x concurrency requests, questions in rotation).
 Phase 2 stops it, starts the same model as a bare vLLM AsyncLLM in this process, and sends the
-identical token ids the pipeline built for each question (same max_tokens, same cache salt).
+identical token ids the pipeline built for each question (same max_tokens, same cache salt,
+same structured-output schema for quoted answers), at most `serve.generation_slots` at once
+as the appliance admits them: equal work on both sides. TTFT is the first text delta on the
+appliance and the first token on the bare engine, so compare it with prose answers
+(GROUNDED_QUERY__ANSWER_FORMAT=prose): a quoted answer's text starts after its quote.
 Reported per level and path: requests/s, p50/p95 latency, p50 time to first token, and the
 prefix-cache hit rate (cached / prompt tokens of the responses); then the ratios.
 """
@@ -142,16 +146,21 @@ async def bare_phase(config, prompts, levels, waves, max_tokens):
 
     model = resolve_model(config.generator.model, config.data_dir)
     engine = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
+    # Equal work: the appliance admits at most serve.generation_slots generations at once
+    # (fair admission); the bare engine gets the same cap, or it would batch more.
+    slots = asyncio.Semaphore(config.serve.generation_slots)
     try:
 
         async def send(question: str):
             prepared = prompts[question]
             started = time.perf_counter()
             first, last = None, None
-            async for chunk in engine.stream(prepared.token_ids, max_tokens=max_tokens,
-                                             cache_salt=prepared.cache_salt):  # fmt: skip
-                first = first or time.perf_counter() - started
-                last = chunk
+            async with slots:
+                async for chunk in engine.stream(prepared.token_ids, max_tokens=max_tokens,
+                                                 cache_salt=prepared.cache_salt,
+                                                 json_schema=prepared.json_schema):  # fmt: skip
+                    first = first or time.perf_counter() - started
+                    last = chunk
             return time.perf_counter() - started, first, last.prompt_tokens, last.cached_tokens
 
         questions = list(prompts)
