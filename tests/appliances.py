@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 from pathlib import Path
@@ -47,3 +48,27 @@ def tiny_appliance_config(root: Path, **overrides: Any) -> AppConfig:
                                for name in ("ingress", "embedder", "shards", "generator")}},
         **overrides,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def serving_handbook(config: AppConfig, tenant: str, budget=None):
+    """The appliance running ``config``, with a key for ``tenant`` (query and ingest; its
+    own ``budget`` if given) and the acme employee handbook uploaded through the API.
+    Yields (running, secret, an openai client with that key)."""
+    import openai
+
+    from serve import up
+    from serve.keys import KeyStore
+
+    keys = KeyStore(config.data_dir)
+    key, secret = keys.create(tenant, ["query", "ingest"])
+    if budget is not None:
+        keys.set_budget(key.id, budget)
+    running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
+    try:
+        client = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
+        handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
+        client.files.create(file=("handbook.md", handbook), purpose="assistants")
+        yield running, secret, client
+    finally:
+        running.stop()

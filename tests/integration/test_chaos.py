@@ -14,9 +14,7 @@ import openai
 import pytest
 import ray
 
-from serve.keys import KeyStore
-from tests.appliances import tiny_appliance_config
-from tests.conftest import CORPUS
+from tests.appliances import serving_handbook, tiny_appliance_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -26,18 +24,9 @@ RECOVERY_S = 240
 
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory):
-    from serve import up
-
     config = tiny_appliance_config(tmp_path_factory.mktemp("chaos"))
-    _, secret = KeyStore(config.data_dir).create("acme", ["query", "ingest"])
-    running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
-    try:
-        client = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
-        handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
-        client.files.create(file=("handbook.md", handbook), purpose="assistants")
+    with serving_handbook(config, "acme") as (_, _, client):
         yield client, config
-    finally:
-        running.stop()
 
 
 def kill_replica(deployment: str) -> None:

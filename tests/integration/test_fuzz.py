@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import openai
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +21,7 @@ from schemathesis.checks import (
 )
 
 from serve.budgets import Budget
-from serve.keys import KeyStore
-from tests.appliances import tiny_appliance_config
-from tests.conftest import CORPUS
+from tests.appliances import serving_handbook, tiny_appliance_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,20 +38,10 @@ EXAMPLES_PER_ROUTE = 100  # per route and mode (valid, invalid); a route without
 def fuzzed(tmp_path_factory):
     """An appliance with one tenant holding a document, and that tenant's key (answers capped
     at 16 tokens, so that generated max_tokens values cost no time)."""
-    from serve import up
-
     config = tiny_appliance_config(tmp_path_factory.mktemp("fuzz"))
-    keys = KeyStore(config.data_dir)
-    key, secret = keys.create("fuzz", ["query", "ingest"])
-    keys.set_budget(key.id, Budget(max_completion_tokens=16))
-    running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
-    try:
-        client = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
-        handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
-        client.files.create(file=("handbook.md", handbook), purpose="assistants")
+    budget = Budget(max_completion_tokens=16)
+    with serving_handbook(config, "fuzz", budget) as (running, secret, _):
         yield running, secret
-    finally:
-        running.stop()
 
 
 def test_generated_requests_get_documented_answers_and_no_server_error(fuzzed):
