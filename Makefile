@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-unit lint format demo bench clean
+.PHONY: setup test test-unit lint format demo bench gpu-setup gpu-check clean
 
 setup: $(STAMP) $(TOOLS) $(JS)/node_modules/.installed
 
@@ -74,5 +74,22 @@ bench: $(BENCH_DATA)
 	$(BIN)/python benchmarks/ingest_throughput.py
 	$(BIN)/python benchmarks/shard_search.py
 
+# A machine with an NVIDIA GPU: the GPU extra in its own environment (the CPU build of vLLM
+# and the CUDA one cannot share one), then the GPU path proved in one run (README "On a GPU").
+GPU_VENV := .venv-gpu
+
+$(GPU_VENV)/.installed: pyproject.toml
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install --upgrade pip
+	$(GPU_VENV)/bin/pip install -e '.[gpu,dev]'
+	$(GPU_VENV)/bin/python -c "import torch, vllm, faiss; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+	touch $@
+
+gpu-setup: $(GPU_VENV)/.installed
+
+gpu-check: gpu-setup
+	$(GPU_VENV)/bin/grounded models fetch ms-marco-minilm-l12
+	$(GPU_VENV)/bin/python benchmarks/gpu_check.py --report benchmarks/gpu-check.md
+
 clean:
-	rm -rf $(VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) data .pytest_cache .ruff_cache

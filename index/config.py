@@ -60,6 +60,19 @@ class VectorIndexConfig(_Strict):
         50_000, ge=1000, description="Vectors at which the exact index is retrained as IVF."
     )
     nprobe: int = Field(32, gt=0, description="IVF lists visited per query.")
+    gpu_min_vectors: int = Field(
+        20_000,
+        ge=0,
+        description="device cuda: shards smaller than this are searched on the CPU (exact "
+        "search over them takes under 3 ms per query there, benchmarks/RESULTS.md; a GPU copy "
+        "would cost GPU memory per open tenant for little).",
+    )
+    gpu_temp_memory_mb: int = Field(
+        256,
+        ge=0,
+        description="device cuda: the scratch memory FAISS reserves on the GPU, once per "
+        "process (all the tenants a Shards replica has open share it).",
+    )
 
 
 class IndexConfig(_Strict):

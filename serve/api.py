@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from index.errors import GroundedError, InvalidRequestError
 from index.pipeline import IngestResult
+from index.store.paging import validate_page
+from index.store.uploads import UploadRecord
 from index.types import DocumentRecord, SearchHit
 from serve.query.pipeline import Answer, QueryOptions
 from serve.query.prompt import Turn
@@ -168,13 +170,15 @@ class RankingOptions(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    """OpenAI's vector store search; ``filters`` uses Grounded's extension shape."""
+    """OpenAI's vector store search. ``filters``: OpenAI's comparison and compound filters on
+    a vector store's file attributes, or for ``vs_<tenant>`` (every document of the tenant)
+    Grounded's extension shape (file_ids, filenames, upload attributes)."""
 
     model_config = ConfigDict(extra="allow")
 
     query: str | list[str]
     max_num_results: int = Field(10, ge=1, le=50)
-    filters: Filters | None = None
+    filters: Filters | dict[str, Any] | None = None
     ranking_options: RankingOptions | None = None
     rewrite_query: bool = False
 
@@ -243,8 +247,9 @@ def models_list(generator_model: str) -> dict[str, Any]:
 def _annotations(answer: Answer, files_url: str) -> list[dict[str, Any]]:
     """OpenAI's chat ``url_citation`` annotations, one per (citing sentence, cited source):
     ``start_index``/``end_index`` mark the sentence in the answer text; ``url`` is the cited
-    file's text (``GET /v1/files/{id}/content``) with the chunk's character range as an RFC 5147
-    fragment (``#char=start,end``); ``title`` names the file, its page and section."""
+    file's text (``GET /v1/files/{id}/content?format=text``) with the chunk's character range
+    as an RFC 5147 fragment (``#char=start,end``); ``title`` names the file, its page and
+    section."""
     cited = {citation.source.number: citation.source.hit for citation in answer.cited}
     annotations = []
     for statement in answer.statements:
@@ -255,7 +260,8 @@ def _annotations(answer: Answer, files_url: str) -> list[dict[str, Any]]:
                 "type": "url_citation",
                 "url_citation": {
                     "start_index": statement.span[0], "end_index": statement.span[1],
-                    "url": f"{files_url}/{hit.doc_id}/content#char={hit.start},{hit.end}",
+                    "url": f"{files_url}/{hit.doc_id}/content?format=text"
+                    f"#char={hit.start},{hit.end}",
                     "title": citation_title(hit),
                 },
             })  # fmt: skip
@@ -268,7 +274,7 @@ def citation_title(hit: SearchHit) -> str:
     return title + (f": {' > '.join(hit.heading_path)}" if hit.heading_path else "")
 
 
-def _extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+def extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``grounded`` field: what standard clients ignore and Grounded's clients read;
     ``cost`` is the estimate from the configured prices ({"amount", "currency"})."""
     return {
@@ -359,7 +365,7 @@ def chat_completion(
             }
         ],
         "usage": usage(answer),
-        "grounded": _extension(answer, cost),
+        "grounded": extension(answer, cost),
     }
 
 
@@ -389,7 +395,7 @@ def final_chunks(
             created,
             {"annotations": _annotations(answer, files_url)},
             _finish(answer),
-            grounded=_extension(answer, cost),
+            grounded=extension(answer, cost),
         )
     ]
     if include_usage:
@@ -414,7 +420,17 @@ def embeddings(vectors: np.ndarray, encoding: str, tokens: int, model: str) -> d
     }
 
 
-def file_object(record: DocumentRecord) -> dict[str, Any]:
+def file_object(record: DocumentRecord | UploadRecord) -> dict[str, Any]:
+    """OpenAI's file object: a stored document is ``processed``; an upload still being
+    ingested ``uploaded``; a refused one ``error``, with the reason in ``status_details``."""
+    if isinstance(record, UploadRecord):
+        return {
+            "id": record.doc_id, "object": "file", "bytes": record.byte_count,
+            "created_at": record.created_at, "filename": record.file_name,
+            "purpose": "assistants",
+            "status": "uploaded" if record.status == "in_progress" else "error",
+            "status_details": record.error,
+        }  # fmt: skip
     return {
         "id": record.doc_id,
         "object": "file",
@@ -473,3 +489,25 @@ def search_page(
 
 def now() -> int:
     return int(time.time())
+
+
+def cursor_page(
+    items: Sequence[dict[str, Any]], *, limit: int, order: str, after: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's cursor page over a short in-memory list (oldest first, each with an ``id``):
+    ``limit`` of them in ``order``, after the given id (the vector stores page their SQLite
+    rows in index/store/paging.py, which validates the same way)."""
+    validate_page(limit, order)
+    ordered = list(items) if order == "asc" else list(reversed(items))
+    ids = [item["id"] for item in ordered]
+    if after is not None and after not in ids:
+        raise InvalidRequestError(f"after {after!r} is not an id in this list", param="after")
+    start = ids.index(after) + 1 if after is not None else 0
+    page = ordered[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + len(page) < len(ordered),
+    }

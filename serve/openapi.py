@@ -17,10 +17,19 @@ from openai.types import (
     FileDeleted,
     FileObject,
     Model,
+    VectorStore,
+    VectorStoreDeleted,
     VectorStoreSearchResponse,
 )
 from openai.types.chat import ChatCompletion
 from openai.types.create_embedding_response import Usage as EmbeddingUsage
+from openai.types.responses import Response, ResponseItemList
+from openai.types.vector_stores import (
+    FileContentResponse,
+    VectorStoreFile,
+    VectorStoreFileBatch,
+    VectorStoreFileDeleted,
+)
 from pydantic import BaseModel, Field
 
 
@@ -72,6 +81,35 @@ class SearchPage(BaseModel):
     next_page: str | None = None
 
 
+class VectorStoreList(BaseModel):
+    object: Literal["list"]
+    data: list[VectorStore]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VectorStoreFileList(BaseModel):
+    object: Literal["list"]
+    data: list[VectorStoreFile]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VectorStoreFileContentPage(BaseModel):
+    object: Literal["vector_store.file_content.page"]
+    data: list[FileContentResponse]
+    has_more: bool
+    next_page: str | None
+
+
+class ResponseDeleted(BaseModel):
+    id: str
+    object: Literal["response"]
+    deleted: Literal[True]
+
+
 class Health(BaseModel):
     status: Literal["ok"]
 
@@ -103,9 +141,9 @@ _SSE_EVENT = {
 }
 
 
-def responses(success: type[BaseModel] | None, *, stream: bool = False) -> dict[int, Any]:
+def responses(success: type[BaseModel] | None, *, stream: str | None = None) -> dict[int, Any]:
     """FastAPI ``responses=`` for a /v1 route: its 200 body (JSON, and Server-Sent Events
-    when it can stream) and OpenAI errors."""
+    when it can stream, ``stream`` saying which) and OpenAI errors."""
     documented: dict[int, Any] = {
         status: {"model": ErrorResponse, "description": text} for status, text in _ERRORS.items()
     }
@@ -114,14 +152,31 @@ def responses(success: type[BaseModel] | None, *, stream: bool = False) -> dict[
         if stream:
             events = {"schema": _SSE_EVENT}
             documented[200]["content"] = {"text/event-stream": events}
-            documented[200]["description"] = (
-                "JSON, or with stream: true Server-Sent Events of chat.completion.chunk "
-                "objects, an error event if the answer fails midway, then [DONE]."
-            )
+            documented[200]["description"] = f"JSON, or with stream: true {stream}"
     return documented
 
 
-CHAT = responses(ChatCompletion, stream=True)
+CHAT = responses(
+    ChatCompletion,
+    stream="Server-Sent Events of chat.completion.chunk objects, an error event if the answer "
+    "fails midway, then [DONE].",
+)
+VECTOR_STORE = responses(VectorStore)
+VECTOR_STORES = responses(VectorStoreList)
+VECTOR_STORE_DELETED = responses(VectorStoreDeleted)
+STORE_FILE = responses(VectorStoreFile)
+STORE_FILES = responses(VectorStoreFileList)
+STORE_FILE_DELETED = responses(VectorStoreFileDeleted)
+STORE_FILE_CONTENT = responses(VectorStoreFileContentPage)
+BATCH = responses(VectorStoreFileBatch)
+RESPONSE = responses(
+    Response,
+    stream="Server-Sent Events named by their type (response.created, ..., "
+    "response.output_text.delta, response.output_text.annotation.added, response.completed), "
+    "or an error event and response.failed if the answer fails midway.",
+)
+INPUT_ITEMS = responses(ResponseItemList)
+RESPONSE_DELETED = responses(ResponseDeleted)
 EMBEDDINGS = responses(EmbeddingList)
 MODELS = responses(ModelList)
 FILE = responses(FileObject)
@@ -129,6 +184,16 @@ FILES = responses(FileList)
 DELETED = responses(FileDeleted)
 SEARCH = responses(SearchPage)
 TEXT = responses(None)
+CONTENT = {
+    **responses(None),
+    200: {
+        "description": "The file as uploaded (its media type), or with format=text its text "
+        "as stored (text/plain), which citation URLs' #char= ranges index.",
+        "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                             "format": "binary"}},
+                    "text/plain": {"schema": {"type": "string"}}},
+    },
+}  # fmt: skip
 
 
 _ERROR_REF = "#/components/schemas/ErrorResponse"

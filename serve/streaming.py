@@ -20,6 +20,16 @@ from serve.query.pipeline import Answer
 log = logging.getLogger("grounded")
 
 
+def stream_failure(request_id: str) -> GeneratorUnavailableError:
+    """The error a stream ends with when something other than a refusal broke it (logged
+    here with the traceback of the exception being handled)."""
+    log.exception("request %s: the stream failed", request_id)
+    return GeneratorUnavailableError(
+        f"the answer stopped before it was complete: a server component failed "
+        f"(request {request_id}); retry the request"
+    )
+
+
 def sse(payload: dict[str, Any] | str) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
 
@@ -51,12 +61,7 @@ async def chat_events(
     except GroundedError as exc:
         yield sse(api.error_body(exc))
     except Exception:  # a replica died, a connection broke: say so, never stop silently
-        log.exception("request %s: the stream failed", request_id)
-        failure = GeneratorUnavailableError(
-            f"the answer stopped before it was complete: a server component failed "
-            f"(request {request_id}); retry the request"
-        )
-        yield sse(api.error_body(failure))
+        yield sse(api.error_body(stream_failure(request_id)))
     finally:
         await stream.aclose()  # settles the budget lease if the client went away
         await on_end(answer)

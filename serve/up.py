@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from index.errors import ConfigError
 from serve.config import AppConfig
 from serve.models import resolve_model
+from serve.resources import gpu_packing
 
 log = logging.getLogger(__name__)
 APP_NAME = "grounded"
@@ -82,6 +83,9 @@ def start(
                 options["dashboard_port"] = settings.dashboard_port
         with _signal_handlers_kept():
             ray.init(**options)
+    problem = gpu_packing(config, int(ray.cluster_resources().get("GPU", 0)))
+    if problem:  # not fatal: worker nodes may still join with their GPUs
+        log.warning("%s; Serve waits for them before the appliance starts", problem)
     api_url = f"http://{settings.host}:{settings.port}"
     try:
         serve.start(

@@ -53,6 +53,56 @@ CREATE TRIGGER IF NOT EXISTS chunks_fts_delete AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text, context)
     VALUES ('delete', old.id, old.text, old.context);
 END;
+-- Files uploaded through the API (index/store/uploads.py): an upload is kept here from the
+-- moment it is received until its ingestion ends (which may outlast the request and a restart);
+-- a refused one stays with its reason. Ingested, its bytes move to originals, which
+-- GET /v1/files/{id}/content returns.
+CREATE TABLE IF NOT EXISTS uploads (
+    doc_id     TEXT PRIMARY KEY,               -- the file id, as the document will have it
+    file_name  TEXT NOT NULL,
+    data       BLOB NOT NULL,                  -- the bytes as uploaded
+    status     TEXT NOT NULL CHECK (status IN ('in_progress', 'error')),
+    error      TEXT,                           -- why ingestion refused the file or failed
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS originals (
+    doc_id     TEXT PRIMARY KEY REFERENCES documents(doc_id) ON DELETE CASCADE,
+    file_name  TEXT NOT NULL,
+    data       BLOB NOT NULL
+);
+-- Vector stores: named sets of this tenant's documents (index/store/collections.py). Lists are
+-- in rowid order; times are Unix seconds. Deleting a document or a store removes memberships.
+CREATE TABLE IF NOT EXISTS vector_stores (
+    id             TEXT PRIMARY KEY,            -- vs_<24 hex>
+    name           TEXT NOT NULL,
+    metadata       TEXT NOT NULL DEFAULT '{}',  -- JSON: up to 16 str -> str
+    expires_after  TEXT,                        -- JSON {"anchor": "last_active_at", "days": N}
+    created_at     INTEGER NOT NULL,
+    last_active_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS vector_store_batches (
+    id         TEXT PRIMARY KEY,                -- vsfb_<24 hex>
+    store_id   TEXT NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+    created_at INTEGER NOT NULL,
+    status     TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed', 'cancelled'))
+);
+-- doc_id is a document, or an upload still being ingested (in_progress) or refused (failed):
+-- no foreign key, so TenantShard.delete_document removes a deleted file's memberships itself.
+CREATE TABLE IF NOT EXISTS vector_store_files (
+    store_id          TEXT NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+    doc_id            TEXT NOT NULL,
+    attributes        TEXT NOT NULL DEFAULT '{}',  -- JSON: up to 16 str -> str | number | bool
+    chunking_strategy TEXT NOT NULL,               -- JSON, as requested (recorded, not applied)
+    status            TEXT NOT NULL
+                      CHECK (status IN ('in_progress', 'completed', 'failed', 'cancelled')),
+    last_error        TEXT,                        -- JSON {"code", "message"} or NULL
+    batch_id          TEXT REFERENCES vector_store_batches(id) ON DELETE SET NULL,
+    created_at        INTEGER NOT NULL,
+    PRIMARY KEY (store_id, doc_id)
+);
+CREATE INDEX IF NOT EXISTS vector_store_files_by_doc ON vector_store_files(doc_id);
+CREATE INDEX IF NOT EXISTS vector_store_files_by_batch ON vector_store_files(batch_id);
+CREATE INDEX IF NOT EXISTS vector_store_batches_by_store ON vector_store_batches(store_id);
 """
 
 # Column weights for bm25(): body text counts twice the file name and headings.

@@ -172,6 +172,24 @@ class TenantShard:
                 raise
             db.execute("COMMIT")
 
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The shard's connection inside one transaction under the shard's lock, for tables
+        kept in the same database (``index/store/collections.py``). ``write`` takes SQLite's
+        write lock up front (``BEGIN IMMEDIATE``) and rolls back on error; a read sees one
+        consistent snapshot."""
+        if write:
+            with self._transaction() as db:
+                yield db
+            return
+        with self._lock:
+            db = self._conn
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                db.execute("COMMIT")
+
     def generation(self) -> int:
         row = self._conn.execute("SELECT value FROM manifest WHERE key='generation'").fetchone()
         return int(row[0]) if row else 0
@@ -265,7 +283,7 @@ class TenantShard:
                     created = db.execute(
                         "SELECT created_at FROM documents WHERE doc_id = ?", (item.doc_id,)
                     ).fetchone()
-                    old = self._delete_rows(db, item.doc_id)
+                    old = self._delete_rows(db, item.doc_id, keep_document=True)
                     removed.extend(old or [])
                     statuses.append("replaced" if old is not None else "added")
                     added.extend(self._insert(db, item, item_vectors, created and created[0]))
@@ -285,13 +303,20 @@ class TenantShard:
             self._vectors.add(np.asarray(added, dtype=np.int64), vectors)
         self._vectors_generation = generation
 
-    def _delete_rows(self, db: sqlite3.Connection, doc_id: str) -> list[int] | None:
-        """Delete a document's rows; its chunk ids, or None if there was no such document."""
+    def _delete_rows(
+        self, db: sqlite3.Connection, doc_id: str, *, keep_document: bool = False
+    ) -> list[int] | None:
+        """Delete a document's rows; its chunk ids, or None if there was no such document.
+
+        ``keep_document`` (a replacement) deletes only the chunks: the row is then updated in
+        place, since deleting it would cascade to the rows that reference it (vector-store
+        memberships)."""
         if db.execute("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)).fetchone() is None:
             return None
         ids = [r[0] for r in db.execute("SELECT id FROM chunks WHERE doc_id = ?", (doc_id,))]
         db.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
-        db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        if not keep_document:
+            db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         return ids
 
     def _insert(
@@ -306,7 +331,8 @@ class TenantShard:
         db.execute(
             "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
             " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f" ON CONFLICT(doc_id) DO UPDATE SET {_REPLACED_COLUMNS}",
             (
                 item.doc_id,
                 item.source,
@@ -327,19 +353,23 @@ class TenantShard:
         return _insert_chunks(db, doc.file_name, item.chunks, vectors)
 
     def delete_document(self, doc_id: str) -> None:
-        """Remove a document from the database and the vector index; 404 if absent."""
+        """Remove a document (or an upload still being ingested or refused) from the
+        database, its vector-store memberships and the vector index; 404 if absent."""
         with self._lock:
             self._sync_vectors()
             with self._transaction() as db:
                 behind = self.generation() != self._vectors_generation
                 removed = self._delete_rows(db, doc_id)
-                if removed is None:
+                uploaded = db.execute("DELETE FROM uploads WHERE doc_id = ?", (doc_id,)).rowcount
+                db.execute("DELETE FROM originals WHERE doc_id = ?", (doc_id,))
+                if removed is None and not uploaded:
                     raise DocumentNotFoundError(
                         f"no document {doc_id!r} in tenant {self.tenant!r}; "
                         "`grounded docs` lists the ids"
                     )
+                db.execute("DELETE FROM vector_store_files WHERE doc_id = ?", (doc_id,))
                 generation = self._bump_generation(db)
-            self._apply(generation, behind, removed, [], None)
+            self._apply(generation, behind, removed or [], [], None)
 
     @contextmanager
     def rewrite(self, manifest: Manifest) -> Iterator[_Rewriter]:
@@ -500,6 +530,16 @@ _DOC_COLUMNS = (
     " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
     " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags"
 )
+
+
+# A replaced document keeps its row (and created_at); everything else is rewritten.
+_REPLACED_COLUMNS = ", ".join(
+    f"{column} = excluded.{column}"
+    for column in (
+        "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
+        "byte_count", "page_count", "attributes", "updated_at", "flags",
+    )
+)  # fmt: skip
 
 
 def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:

@@ -2,8 +2,12 @@
 
 Exact search (IndexIDMap2 over IndexFlatIP) while small; past ``ivf_threshold`` vectors it is
 retrained as IVF with nlist from the size. Vectors are L2-normalised, so inner product is cosine.
-On ``device: cuda`` a GPU copy answers searches; GPU indexes cannot remove ids, so deletes there
-are tombstones filtered at search time until the copy is rebuilt (compacted).
+On ``device: cuda`` a GPU copy answers searches once a shard holds ``gpu_min_vectors``; GPU
+indexes cannot remove ids, so deletes there are tombstones filtered at search time until the
+copy is rebuilt (compacted). All GPU copies of a process share one StandardGpuResources with
+bounded scratch memory, on the process's first visible GPU: the one Ray assigned to the replica
+(Ray sets CUDA_VISIBLE_DEVICES), which is why ``device: cuda`` requires the Shards deployment to
+ask Ray for a GPU (serve/resources.py checks it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,33 @@ log = logging.getLogger(__name__)
 MIN_POINTS_PER_CENTROID = 39  # FAISS warns (and clusters poorly) below this
 MAX_TRAINING_POINTS_PER_CENTROID = 256
 _TOMBSTONE_COMPACT_RATIO = 0.1
+# FAISS GPU indexes return at most this many neighbours per query (GPU_MAX_SELECTION_K).
+GPU_MAX_K = 2048
+# Tombstones are fetched on top of k, so they are compacted well before k + tombstones nears
+# GPU_MAX_K: a search for up to GPU_MAX_K - _GPU_MAX_TOMBSTONES results never needs the CPU.
+_GPU_MAX_TOMBSTONES = 1024
+
+_gpu_resources = None
+
+
+def gpu_resources(temp_memory_mb: int):
+    """The process's one StandardGpuResources. Each one reserves scratch memory on the GPU
+    (about 1.5 GiB by default), so one per tenant index exhausts a GPU after some 20 tenants;
+    shared, with bounded scratch, it costs ``temp_memory_mb`` once."""
+    global _gpu_resources
+    if _gpu_resources is None:
+        import faiss
+
+        if not hasattr(faiss, "StandardGpuResources"):
+            raise ConfigError(
+                "vectors.device is 'cuda' but this FAISS build has no GPU support; "
+                "install the gpu extra (faiss-gpu) or set vectors.device: cpu",
+                param="vectors.device",
+            )
+        resources = faiss.StandardGpuResources()
+        resources.setTempMemory(temp_memory_mb * 2**20)
+        _gpu_resources = resources
+    return _gpu_resources
 
 
 def ivf_nlist(count: int) -> int:
@@ -102,34 +133,42 @@ class VectorIndex:
         self._index.remove_ids(np.asarray(ids, dtype=np.int64))
         if self._gpu is not None:
             self._tombstones.update(int(i) for i in ids)
-            if len(self._tombstones) > _TOMBSTONE_COMPACT_RATIO * max(self.ntotal, 1):
-                self._gpu = None  # rebuilt from the CPU index on the next search
+            limit = min(_TOMBSTONE_COMPACT_RATIO * max(self.ntotal, 1), _GPU_MAX_TOMBSTONES)
+            if len(self._tombstones) > limit:
+                self._drop_gpu_copy()  # rebuilt from the CPU index on the next search
 
-    def _searcher(self):
-        if self.config.device != "cuda":
+    @property
+    def on_gpu(self) -> bool:
+        """Whether searches go to a GPU copy (device cuda and the shard is large enough)."""
+        return self.config.device == "cuda" and self.ntotal >= self.config.gpu_min_vectors
+
+    def _drop_gpu_copy(self) -> None:
+        self._gpu = None
+        self._tombstones = set()
+
+    def _searcher(self, k: int):
+        """The index that answers a top-``k`` search: the GPU copy (made or compacted as
+        needed), or the CPU index for small shards and for k beyond the GPU's limit."""
+        if not self.on_gpu or k > GPU_MAX_K - _GPU_MAX_TOMBSTONES:
+            if self._gpu is not None and not self.on_gpu:
+                self._drop_gpu_copy()  # the shard shrank below gpu_min_vectors
             return self._index
         if self._gpu is None:
-            faiss = self._faiss
-            if not hasattr(faiss, "StandardGpuResources"):
-                raise ConfigError(
-                    "vectors.device is 'cuda' but this FAISS build has no GPU support; "
-                    "install the gpu extra (faiss-gpu) or set vectors.device: cpu",
-                    param="vectors.device",
-                )
-            self._resources = getattr(self, "_resources", None) or faiss.StandardGpuResources()
-            self._gpu = faiss.index_cpu_to_gpu(self._resources, 0, self._index)
+            resources = gpu_resources(self.config.gpu_temp_memory_mb)
+            self._gpu = self._faiss.index_cpu_to_gpu(resources, 0, self._index)
             self._tombstones = set()
         return self._gpu
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` (scores, ids) per query row; missing results have id -1."""
-        searcher = self._searcher()
+        searcher = self._searcher(k)
         if hasattr(searcher, "nprobe"):
             searcher.nprobe = self.config.nprobe
-        fetch = min(k + len(self._tombstones), max(self.ntotal, 1))
+        tombstones = self._tombstones if searcher is self._gpu else set()
+        fetch = min(k + len(tombstones), max(self.ntotal, 1))
         scores, ids = searcher.search(queries, max(fetch, 1))
-        if self._tombstones:
-            dead = np.isin(ids, list(self._tombstones))
+        if tombstones:
+            dead = np.isin(ids, list(tombstones))
             ids = np.where(dead, -1, ids)
             scores = np.where(dead, -np.inf, scores)
             order = np.argsort(-scores, axis=1, kind="stable")

@@ -9,6 +9,7 @@ question (one prefill and one sampled token per passage, batched by vLLM).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,6 +22,8 @@ from index.errors import ConfigError
 from index.types import SearchHit
 from serve.generator import Generator
 from serve.query.prompt import PromptBuilder
+
+log = logging.getLogger(__name__)
 
 RerankBackend = Literal["none", "cross-encoder", "generator"]
 
@@ -145,12 +148,29 @@ class OnnxCrossEncoderReranker:
             self._session = onnxruntime.InferenceSession(
                 str(self.folder / "model.onnx"), options, providers=providers
             )
+            self._check_device(available)
             self._inputs = {i.name for i in self._session.get_inputs()}
             tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
             tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
             tokenizer.no_padding()  # the shipped tokenizer.json pads every pair to 512
             self._tokenizer = tokenizer
         return self
+
+    def _check_device(self, available: list[str]) -> None:
+        """``device: cuda`` without CUDA is refused; ``auto`` falling back to the CPU says so
+        (onnxruntime's own warning is silenced above with the rest of its log)."""
+        used = self._session.get_providers()
+        if "CUDAExecutionProvider" in used:
+            return
+        if self.device == "cuda":
+            raise ConfigError(
+                f"query.rerank.device is cuda but onnxruntime cannot use CUDA here (available "
+                f"providers: {', '.join(available)}); install onnxruntime-gpu for this CUDA "
+                "runtime, or set query.rerank.device: auto",
+                param="query.rerank.device",
+            )
+        if self.device == "auto" and "CUDAExecutionProvider" in available:
+            log.warning("the relevance judge runs on the CPU: onnxruntime's CUDA provider failed")
 
     def _predict(self, query: str, passages: Sequence[str]) -> list[float]:
         import numpy as np

@@ -30,9 +30,12 @@ def test_faiss_on_gpu_matches_cpu_and_filters_tombstones(threshold):
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     ids = np.arange(5000, dtype=np.int64)
     cpu = VectorIndex.build(64, VectorIndexConfig(ivf_threshold=threshold, nprobe=64), ids, vectors)
-    gpu_config = VectorIndexConfig(device="cuda", ivf_threshold=threshold, nprobe=64)
+    gpu_config = VectorIndexConfig(
+        device="cuda", ivf_threshold=threshold, nprobe=64, gpu_min_vectors=0
+    )
     gpu = VectorIndex.build(64, gpu_config, ids, vectors)
     queries = vectors[:20]
+    assert gpu.on_gpu
     assert np.array_equal(cpu.search(queries, 5)[1][:, 0], gpu.search(queries, 5)[1][:, 0])
     gpu.remove(ids[:10])  # GPU indexes cannot remove: tombstones until compacted
     found = gpu.search(queries[:10], 5)[1]
@@ -42,7 +45,7 @@ def test_faiss_on_gpu_matches_cpu_and_filters_tombstones(threshold):
 def test_gpu_config_runs_the_whole_pipeline(tmp_path, corpus):
     config = IndexConfig(
         embedder=EmbedderConfig(device="cuda", dtype="float16"),
-        vectors=VectorIndexConfig(device="cuda"),
+        vectors=VectorIndexConfig(device="cuda", gpu_min_vectors=0),
     )
     service = IndexService(config, tmp_path).start()
     files = [SourceFile.from_path(p) for p in sorted((corpus / "acme").iterdir())]

@@ -7,14 +7,18 @@ replica comes back by itself and the next requests succeed."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 
 import openai
 import pytest
 import ray
 
 from tests.appliances import serving_handbook, tiny_appliance_config
+from tests.conftest import CORPUS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,6 +43,39 @@ def kill_replica(deployment: str) -> None:
 def open_leases(config) -> int:
     with sqlite3.connect(config.data_dir / "usage.sqlite") as db:
         return db.execute("SELECT count(*) FROM leases").fetchone()[0]
+
+
+def killed_during(call: Callable[[], object], deployment: str, started: Callable[[], bool]):
+    """Run ``call`` in a thread, kill ``deployment``'s replica once ``started()`` holds while
+    the call is still running, and return what the call raised (None if it succeeded)."""
+    outcome: list[BaseException | None] = []
+
+    def run():
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not started():
+        assert thread.is_alive() and time.monotonic() < deadline, "the call never got going"
+        time.sleep(0.05)
+    assert thread.is_alive(), "the call ended before the replica could be killed"
+    kill_replica(deployment)
+    thread.join(RECOVERY_S)
+    assert not thread.is_alive(), "the client hung after the replica died"
+    return outcome[0]
+
+
+def unavailable(failure: BaseException | None) -> None:
+    """What a client must get when a replica dies under its request: 503 with Retry-After."""
+    assert isinstance(failure, openai.APIStatusError), failure
+    assert failure.status_code == 503, failure
+    assert failure.response.headers.get("retry-after"), failure.response.headers
+    assert failure.body["type"] == "service_unavailable", failure.body
 
 
 def served_again(call) -> list[tuple[int, str | None]]:
@@ -75,6 +112,67 @@ def test_a_generator_killed_mid_stream_ends_the_stream_with_an_error_event(chaos
     served_again(ask)
     assert ask().usage.completion_tokens > 0
     assert open_leases(config) == 0
+
+
+def test_a_generator_killed_during_a_plain_request_gives_503_with_retry_after(chaos):
+    client, config = chaos
+    ask = lambda tokens: client.chat.completions.create(  # noqa: E731
+        model="grounded", messages=QUESTION, max_tokens=tokens
+    )
+    # Admitted (its lease is open) and given a moment to be generating.
+    admitted_at: list[float] = []
+
+    def generating() -> bool:
+        if not admitted_at and open_leases(config):
+            admitted_at.append(time.monotonic())
+        return bool(admitted_at) and time.monotonic() - admitted_at[0] > 1.0
+
+    unavailable(killed_during(lambda: ask(3000), "Generator", generating))
+    assert open_leases(config) == 0, "the killed request's reservation was settled"
+    served_again(lambda: ask(4))
+    assert ask(4).usage.completion_tokens > 0
+
+
+def test_an_embedder_killed_during_an_embeddings_request_gives_503(chaos):
+    client, config = chaos
+    texts = [f"passage {i}: " + "annual leave is accrued monthly and carried over " * 12
+             for i in range(2048)]  # fmt: skip
+    embed = lambda inputs: client.embeddings.create(model="grounded", input=inputs)  # noqa: E731
+    unavailable(killed_during(lambda: embed(texts), "Embedder", lambda: open_leases(config) > 0))
+    assert open_leases(config) == 0
+    served_again(lambda: embed(["annual leave"]))
+    assert len(embed(texts[:4]).data) == 4
+
+
+def test_shards_killed_during_an_upload_leave_no_half_written_file(chaos):
+    """The replica dies while it chunks and embeds the upload: the client gets 503, no file
+    is half-written (the upload was stored before its ingestion: the new replica resumes it,
+    or it is not listed at all), and the same upload then goes through whole."""
+    client, _ = chaos
+    before = {f.filename for f in client.files.list().data}
+    words = (CORPUS / "acme" / "employee-handbook.md").read_text().split()
+    rng = random.Random(14)
+    text = "\n\n".join(" ".join(rng.choices(words, k=60)) + "." for _ in range(1500))
+    upload = lambda: client.files.create(  # noqa: E731
+        file=("large-notes.md", text.encode()), purpose="assistants"
+    )
+    sent_at = time.monotonic()
+    unavailable(killed_during(upload, "Shards", lambda: time.monotonic() - sent_at > 2.0))
+    served_again(lambda: client.files.list())
+    after = {f.filename: f.status for f in client.files.list().data}
+    assert set(after) - before <= {"large-notes.md"}, after
+    assert after.get("large-notes.md", "uploaded") in ("uploaded", "processed"), after
+    stored = upload()
+    deadline = time.monotonic() + RECOVERY_S  # the resumed ingestion may still be running
+    while stored.status == "uploaded" and time.monotonic() < deadline:
+        time.sleep(2)
+        stored = client.files.retrieve(stored.id)
+    assert stored.status == "processed", stored
+    assert {f.filename for f in client.files.list().data} == before | {"large-notes.md"}
+    assert client.files.content(stored.id).content == text.encode()  # the whole upload
+    paragraphs = text.split("\n\n")
+    content = client.files.content(stored.id, extra_query={"format": "text"}).text
+    assert content.count(paragraphs[-1]) == content.count(paragraphs[0]) == 1, "once, whole"
 
 
 @pytest.mark.parametrize("deployment", ["Shards", "Embedder"])

@@ -83,8 +83,10 @@ def test_every_object_conforms_to_openais_types_with_real_citations(appliance):
             # The URL is the cited file's text; its fragment is the cited chunk.
             path, fragment = cited.url.split("#char=")
             start, end = map(int, fragment.split(","))
-            assert path.startswith(f"{appliance[0]}/files/") and path.endswith("/content")
-            document = http.get(urllib.parse.urlparse(path).path.removeprefix("/v1")).text
+            assert path.startswith(f"{appliance[0]}/files/")
+            assert path.endswith("/content?format=text")
+            url = urllib.parse.urlparse(path)
+            document = http.get(url.path.removeprefix("/v1") + "?" + url.query).text
             assert document[start:end].strip()
             assert any(cited.title.startswith(f["filename"]) for f in files), cited.title
         assert "27" in text

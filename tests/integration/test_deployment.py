@@ -1,18 +1,24 @@
 """The on-prem deployment files, checked without a Docker engine: hadolint on both Dockerfiles,
-the compose file's structure, Prometheus and Grafana provisioning against the appliance's own
-ports and metric names, and `grounded check-config` on every config file."""
+what the GPU image needs to start on a GPU (a CUDA base that matches the pinned wheels, a C
+compiler, pip, caches on the volume), the compose file's structure, Prometheus and Grafana
+provisioning against the appliance's own ports and metric names, and `grounded check-config` on
+every config file."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 from typer.testing import CliRunner
 
 from serve.cli import app
@@ -23,9 +29,38 @@ pytestmark = pytest.mark.integration
 DOCKER, CONFIGS = REPO / "docker", REPO / "configs"
 DOCKERFILES = ["Dockerfile.gpu", "Dockerfile.cpu"]
 
+# The CUDA major that the pinned GPU wheels link, read from the wheels on PyPI (they do not
+# install here): vllm 0.32.0's extensions need libnvrtc.so.13, and the torch it pins (2.13.0)
+# requires cuda-toolkit==13.0.3 and nvidia-cudnn-cu13. A new vllm pin needs its entry here.
+CUDA_MAJOR_OF_PIN = {"vllm==0.32.0": 13}
+# The oldest driver branch that runs each CUDA major, which the GPU image's header must state.
+DRIVER_FOR_CUDA = {13: 580}
+# The first onnxruntime-gpu release built for each CUDA major (its wheels' Requires-Dist).
+ONNXRUNTIME_GPU_FOR_CUDA = {13: Version("1.27")}
+# Where each image's caches must point: under the /data volume, so restarts do not recompile.
+CACHE_VARIABLES = {
+    "Dockerfile.gpu": ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                       "XDG_CACHE_HOME", "HF_HOME", "CUDA_CACHE_PATH"],
+    "Dockerfile.cpu": ["VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"],
+}  # fmt: skip
+
 
 def compose() -> dict:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def gpu_extra() -> dict[str, str]:
+    """pyproject's `gpu` extra, by package name."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return {re.split(r"[\[<>=]", r)[0]: r for r in project["optional-dependencies"]["gpu"]}
+
+
+def dockerfile_env(name: str) -> dict[str, str]:
+    """Every variable the Dockerfile's ENV instructions set (the last value wins)."""
+    text = (DOCKER / name).read_text().replace("\\\n", " ")
+    pairs = [p for line in text.splitlines() if line.startswith("ENV ")
+             for p in shlex.split(line.removeprefix("ENV "))]  # fmt: skip
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def tool(name: str) -> str:
@@ -73,6 +108,67 @@ def test_dockerfiles_copy_what_exists_install_deps_first_and_run_unprivileged(na
     entrypoint = DOCKER / "entrypoint.sh"
     assert entrypoint.stat().st_mode & 0o111
     assert "head)" in entrypoint.read_text() and "worker)" in entrypoint.read_text()
+
+
+def test_the_gpu_image_is_based_on_the_cuda_major_its_wheels_link_and_names_the_driver():
+    extra, text = gpu_extra(), (DOCKER / "Dockerfile.gpu").read_text()
+    vllm = extra["vllm"]
+    assert vllm in CUDA_MAJOR_OF_PIN, (
+        f"{vllm}: read which CUDA its wheel and its torch link (METADATA, the NEEDED libraries) "
+        "and record it in CUDA_MAJOR_OF_PIN"
+    )
+    major = CUDA_MAJOR_OF_PIN[vllm]
+    base = re.search(r"^FROM nvidia/cuda:(\d+)\.\d+\.\d+-[a-z-]+-ubuntu24\.04$", text, re.M)
+    assert base, "the GPU image starts from a pinned nvidia/cuda ubuntu24.04 tag"
+    assert int(base[1]) == major, f"base CUDA {base[1]}, but {vllm} links CUDA {major}"
+    assert f">= {DRIVER_FOR_CUDA[major]}" in text  # the header states the host's driver
+    onnxruntime = Version(extra["onnxruntime-gpu"].split(">=")[1])
+    assert onnxruntime >= ONNXRUNTIME_GPU_FOR_CUDA[major], extra["onnxruntime-gpu"]
+
+
+def test_the_gpu_image_has_the_c_compiler_that_triton_builds_its_helper_with():
+    text = (DOCKER / "Dockerfile.gpu").read_text()
+    packages = set(" ".join(re.findall(r"apt-get install (.+)", text)).split())
+    assert {"gcc", "libc6-dev"} <= packages, f"apt-get installs only {sorted(packages)}"
+    # The build compiles a Python extension as Triton does, so missing headers fail the build.
+    assert re.search(r"gcc .*-shared -fPIC", text) and "#include <Python.h>" in text
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_the_image_venv_has_pip_for_models_fetch(name):
+    text = (DOCKER / name).read_text()
+    venvs = re.findall(r"(uv venv[^&\n]*|python -m venv[^&\n]*)", text)
+    assert venvs, f"{name} makes no virtual environment"
+    for venv in venvs:  # `python -m venv` installs pip; `uv venv` only with --seed
+        assert venv.startswith("python -m venv") or "--seed" in venv.split(), venv
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_caches_live_on_the_data_volume_and_serving_stays_offline(name):
+    env, text = dockerfile_env(name), (DOCKER / name).read_text()
+    assert 'VOLUME ["/data", "/models"]' in text
+    for variable in CACHE_VARIABLES[name]:
+        assert env.get(variable, "").startswith("/data/"), f"{name}: {variable}={env.get(variable)}"
+    assert env["HF_HUB_OFFLINE"] == "1"  # `models fetch hf:...` lifts it for its own download
+    # The names are the ones the installed libraries read (vLLM 0.32 is the same code on CPU).
+    sources = {"VLLM_CACHE_ROOT": ("vllm", "envs.py"),
+               "TORCHINDUCTOR_CACHE_DIR": ("torch", "_inductor/runtime/cache_dir_utils.py"),
+               "HF_HOME": ("huggingface_hub", "constants.py")}  # fmt: skip
+    for variable, (package, module) in sources.items():
+        [folder] = importlib.util.find_spec(package).submodule_search_locations
+        assert f'"{variable}"' in (Path(folder) / module).read_text(), (package, variable)
+
+
+def test_compose_gives_the_gpu_service_every_gpu_unless_told_otherwise():
+    text = (DOCKER / "compose.yaml").read_text()
+    [device] = compose()["services"]["grounded-gpu"]["deploy"]["resources"]["reservations"][
+        "devices"]  # fmt: skip
+    interpolated = re.fullmatch(r"\$\{(\w+):-(\w+)\}", str(device["count"]))
+    assert interpolated, f"count: {device['count']} (want ${{VARIABLE:-all}})"
+    variable, default = interpolated.groups()
+    assert default == "all" and "device_ids" not in device  # the two are exclusive
+    header = text.split("\nname:")[0]
+    assert f"{variable}=" in header  # the header says how to limit it
 
 
 def test_compose_runs_the_appliance_per_profile_with_prometheus_and_grafana():

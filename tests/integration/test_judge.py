@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from index.errors import ConfigError
 from index.types import SearchHit
 from serve.models import fetch
 from serve.query.rerank import OnnxCrossEncoderReranker, cross_encoder, rerank
@@ -46,3 +47,13 @@ def test_rerank_puts_the_answer_first(judge):
             for i, t in enumerate([*OTHERS, ANSWER])]  # fmt: skip
     ranked = asyncio.run(rerank(judge, QUESTION, hits, top_n=2, cache_salt=""))
     assert next(h.text for h in ranked) == ANSWER and ranked[0].rerank_score > 5
+
+
+def test_a_judge_configured_on_cuda_without_cuda_is_refused_with_the_fix():
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("CUDA is usable here")
+    folder = fetch("ms-marco-minilm-l12", REPO / "data")
+    with pytest.raises(ConfigError, match="device is cuda but onnxruntime cannot use CUDA"):
+        cross_encoder(str(folder), device="cuda").start()

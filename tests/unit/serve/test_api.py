@@ -112,7 +112,7 @@ def test_chat_completion_conforms_to_openais_schema_with_url_citations():
     cited = annotation.url_citation
     text = completion.choices[0].message.content
     assert text[cited.start_index : cited.end_index] == text  # the one citing sentence
-    assert cited.url == f"{FILES}/doc-1/content#char=10,{10 + len(LEAVE)}"
+    assert cited.url == f"{FILES}/doc-1/content?format=text#char=10,{10 + len(LEAVE)}"
     assert cited.title == "handbook.md, page 2: Leave"
     assert completion.usage.model_dump(exclude_none=True) == {
         "prompt_tokens": 100, "completion_tokens": 12, "total_tokens": 112,

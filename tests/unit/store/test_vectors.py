@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from index.config import VectorIndexConfig
-from index.store.vectors import MIN_POINTS_PER_CENTROID, VectorIndex, ivf_nlist
+from index.store.vectors import GPU_MAX_K, MIN_POINTS_PER_CENTROID, VectorIndex, ivf_nlist
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +53,94 @@ def test_save_and_load_round_trip_and_refuse_garbage(tmp_path):
     path.write_bytes(b"not faiss")
     with pytest.raises(ValueError, match="unreadable FAISS file"):
         VectorIndex.load(path, 16, VectorIndexConfig())
+
+
+class FakeGpuIndex:
+    """What the GPU path relies on, on the CPU: a copy that searches, refuses k beyond the
+    GPU's limit (as FAISS GPU indexes do) and cannot remove ids."""
+
+    def __init__(self, index) -> None:
+        import faiss
+
+        self._index = faiss.clone_index(index)
+
+    def add_with_ids(self, vectors, ids) -> None:
+        self._index.add_with_ids(vectors, ids)
+
+    def search(self, queries, k):
+        if k > GPU_MAX_K:
+            raise RuntimeError(f"k {k} above GPU_MAX_SELECTION_K {GPU_MAX_K}")
+        return self._index.search(queries, k)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """FAISS with a fake GPU: counts the resources objects and the copies made."""
+    import faiss
+
+    import index.store.vectors as vectors_module
+
+    made = {"resources": 0, "copies": 0, "temp_memory": []}
+
+    class Resources:
+        def __init__(self) -> None:
+            made["resources"] += 1
+
+        def setTempMemory(self, size: int) -> None:
+            made["temp_memory"].append(size)
+
+    def to_gpu(resources, device, index):
+        assert isinstance(resources, Resources) and device == 0
+        made["copies"] += 1
+        return FakeGpuIndex(index)
+
+    monkeypatch.setattr(faiss, "StandardGpuResources", Resources, raising=False)
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
+    monkeypatch.setattr(vectors_module, "_gpu_resources", None)
+    return made
+
+
+def test_gpu_copies_share_one_resources_object_with_bounded_scratch(fake_gpu):
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=100, gpu_temp_memory_mb=64)
+    shards = [VectorIndex.build(16, config, np.arange(500), unit_vectors(500, seed=s))
+              for s in range(20)]  # fmt: skip
+    for shard in shards:
+        shard.search(unit_vectors(1, seed=99), 10)
+    assert fake_gpu["copies"] == 20 and fake_gpu["resources"] == 1
+    assert fake_gpu["temp_memory"] == [64 * 2**20]
+
+
+def test_small_shards_stay_on_the_cpu(fake_gpu):
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=1000)
+    small = VectorIndex.build(16, config, np.arange(999), unit_vectors(999))
+    small.search(unit_vectors(1, seed=9), 5)
+    assert not small.on_gpu and fake_gpu["copies"] == 0
+    small.add(np.array([5000]), unit_vectors(1, seed=1))
+    small.search(unit_vectors(1, seed=9), 5)
+    assert small.on_gpu and fake_gpu["copies"] == 1
+
+
+def test_thousands_of_deletes_never_push_a_gpu_search_past_its_top_k_limit(fake_gpu):
+    """Before: k + tombstones > 2,048 made every dense search raise after ~2,000 deletes."""
+    count = 40_000
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=1000, ivf_threshold=50_000)
+    vectors = unit_vectors(count)
+    index = VectorIndex.build(16, config, np.arange(count), vectors)
+    exact = VectorIndex.build(16, VectorIndexConfig(), np.arange(count), vectors)
+    query = unit_vectors(1, seed=7)
+    index.search(query, 50)
+    for start in range(0, 3000, 100):  # 3,000 deletes, searched between each batch
+        dead = np.arange(start, start + 100)
+        index.remove(dead)
+        exact.remove(dead)
+        _, ids = index.search(query, 50)
+        assert ids.tolist() == exact.search(query, 50)[1].tolist()
+        assert not set(ids[0].tolist()) & set(range(start + 100))
+    assert fake_gpu["copies"] > 1, "the GPU copy was compacted"
+
+
+def test_a_top_k_beyond_the_gpu_limit_is_answered_on_the_cpu(fake_gpu):
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=100)
+    index = VectorIndex.build(16, config, np.arange(5000), unit_vectors(5000))
+    _, ids = index.search(unit_vectors(1, seed=3), 3000)
+    assert (ids[0] >= 0).sum() == 3000

@@ -1,0 +1,239 @@
+"""Commands on a tenant's documents, in-process over the data directory: ingest, search,
+docs, delete, reindex and stats."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from index.pipeline import IngestResult, discover
+from index.service import IndexService
+from serve.cli.common import (
+    AttrOpt,
+    JsonOpt,
+    TenantOpt,
+    _attributes,
+    _print_json,
+    _progress,
+    _run,
+    _table,
+    err,
+    out,
+)
+from serve.query.retrieval import SEARCH_MODES, SearchFilter, retrieve
+
+commands = typer.Typer()
+
+
+@commands.command()
+def ingest(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursive).")],
+    attr: AttrOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest files into a tenant: added, replaced, unchanged (same content) or refused."""
+    attributes = _attributes(attr)
+
+    def work() -> list[IngestResult]:
+        service: IndexService = ctx.obj.index()
+        pipeline = service.pipeline(tenant)
+        files, results = discover(paths)
+        files = [dataclasses.replace(f, attributes=attributes) for f in files]
+        with _progress(transient=True) as progress:
+            task = progress.add_task(f"ingesting into {tenant}", total=len(files))
+            for result in pipeline.ingest(files):
+                results.append(result)
+                progress.advance(task)
+        return results
+
+    results = _run(work)
+    summary = Counter(r.status for r in results)
+    counts = {s: summary.get(s, 0) for s in ("added", "replaced", "unchanged", "refused")}
+    if as_json:
+        _print_json(
+            {
+                "tenant": tenant,
+                "results": [r.json() for r in results],
+                "summary": counts,
+            }
+        )
+    else:
+        for r in results:
+            if r.status == "refused":
+                err.print(f"refused  {r.source}: {r.reason}")
+            elif r.status != "unchanged":
+                flagged = (f"; {r.flagged} instruction-like passage(s) withheld from answers, "
+                           "see `grounded docs`") if r.flagged else ""  # fmt: skip
+                out.print(f"{r.status:<9}{r.file_name}  ({r.chunks} chunks, {r.doc_id}{flagged})")
+        out.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["refused"]:
+        raise typer.Exit(1)
+
+
+@commands.command()
+def search(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    query: Annotated[str, typer.Argument(help="The question or keywords.")],
+    k: Annotated[int, typer.Option("--k", "-k", min=1, max=1000, help="Results.")] = 5,
+    mode: Annotated[str, typer.Option(help="dense | lexical | hybrid")] = "hybrid",
+    file: Annotated[
+        list[str] | None, typer.Option("--file", help="Only this file name (repeatable).")
+    ] = None,
+    doc: Annotated[
+        list[str] | None, typer.Option("--doc", help="Only this doc id (repeatable).")
+    ] = None,
+    attr: AttrOpt = None,
+    min_score: Annotated[float | None, typer.Option(help="Drop results scoring lower.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search a tenant's chunks and print them with their sources."""
+    search_filter = SearchFilter(
+        doc_ids=tuple(doc) if doc else None,
+        file_names=tuple(file) if file else None,
+        attributes=_attributes(attr),
+    )
+    if mode not in SEARCH_MODES:
+        raise typer.BadParameter(f"{mode!r}: use dense, lexical or hybrid", param_hint="--mode")
+
+    def work():
+        service: IndexService = ctx.obj.index()
+        settings = ctx.obj.config.query  # fusion as configured (benchmarks/RESULTS.md)
+        return retrieve(service.shard(tenant), service.embedder, query, k, mode,
+                        fusion=settings.fusion, dense_weight=settings.dense_weight,
+                        pool=settings.candidates, search_filter=search_filter,
+                        score_threshold=min_score)  # fmt: skip
+
+    hits = _run(work)
+    if as_json:
+        rows = [
+            {"rank": rank, "score": score, **dataclasses.asdict(hit)}
+            for rank, (hit, score) in enumerate(hits, start=1)
+        ]
+        _print_json({"tenant": tenant, "query": query, "mode": mode, "results": rows})
+        return
+    if not hits:
+        out.print("no results")
+    for rank, (hit, score) in enumerate(hits, start=1):
+        where = " > ".join(hit.heading_path) or "-"
+        page = f", page {hit.page}" if hit.page else ""
+        out.print(
+            f"[bold]{rank}. {hit.file_name}[/bold]{page}  [dim]{where}  score {score:.4f}"
+            f"  chars {hit.start}-{hit.end}[/dim]",
+            markup=True,
+        )
+        snippet = " ".join(hit.text.split())
+        out.print("   " + (snippet[:300] + " ..." if len(snippet) > 300 else snippet))
+
+
+@commands.command()
+def docs(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
+    """List a tenant's documents."""
+    shard = _run(lambda: ctx.obj.index().shard(tenant))
+    records = shard.list_documents()
+    if as_json:
+        _print_json({"tenant": tenant, "documents": [dataclasses.asdict(r) for r in records]})
+        return
+    table = _table("doc id", "file", "type", "version", "chunks", "flagged", "updated",
+                   whole=("doc id",))  # fmt: skip
+    for r in records:
+        table.add_row(r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count),
+                      str(len(r.flagged)), r.updated_at)  # fmt: skip
+    out.print(table)
+    for r in (r for r in records if r.flagged):
+        text = shard.document_text(r.doc_id)
+        err.print(f"{r.file_name}: withheld from answers as instruction-like text:")
+        for start, end, reason in r.flagged:
+            err.print(f"  [{start}:{end}] ({reason}) {text[start:end][:200]!r}")
+
+
+@commands.command()
+def delete(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    doc_id: Annotated[str, typer.Argument(help="Document id, as `grounded docs` lists it.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a document: its chunks are never retrieved again."""
+
+    def work() -> None:
+        shard = ctx.obj.index().shard(tenant)
+        shard.delete_document(doc_id)
+        shard.flush()
+
+    _run(work)
+    if as_json:
+        _print_json({"tenant": tenant, "deleted": doc_id})
+    else:
+        out.print(f"deleted {doc_id}")
+
+
+@commands.command()
+def reindex(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
+    """Re-chunk and re-embed a tenant's stored text with the configured embedder."""
+
+    def work() -> tuple[int, int]:
+        service: IndexService = ctx.obj.index()
+        service.shard(tenant, adopt=True)  # 404 for an unknown tenant
+        chunks = service.pipeline(tenant).reindex()
+        return len(service.shard(tenant).list_documents()), chunks
+
+    documents, chunks = _run(work)
+    model = ctx.obj.service.embedder.model_id
+    if as_json:
+        _print_json({"tenant": tenant, "documents": documents, "chunks": chunks, "embedder": model})
+    else:
+        out.print(f"reindexed {documents} documents into {chunks} chunks with {model}")
+
+
+@commands.command()
+def stats(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="One tenant only.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Documents, chunks, vectors, index type and disk use per tenant."""
+
+    def work():
+        service: IndexService = ctx.obj.index()
+        names = [tenant] if tenant else service.tenants.tenants()
+        return [service.shard(name).stats() for name in names]
+
+    rows = _run(work)
+    if as_json:
+        _print_json(
+            {
+                "data_dir": str(ctx.obj.config.data_dir),
+                "tenants": [dataclasses.asdict(s) for s in rows],
+            }
+        )
+        return
+    table = _table(
+        "tenant",
+        "documents",
+        "chunks",
+        "vectors",
+        "index",
+        "gen",
+        "disk",
+        "embedder",
+        whole=("tenant",),
+    )
+    for s in rows:
+        table.add_row(
+            s.tenant,
+            str(s.documents),
+            str(s.chunks),
+            str(s.vectors),
+            s.index_kind,
+            str(s.generation),
+            f"{s.disk_bytes / 1e6:.1f} MB",
+            s.manifest.embedder_model_id,
+        )
+    out.print(table)

@@ -1,0 +1,243 @@
+"""The service every API route goes through (serve/routes/): the caller's key, budgets and
+fair admission, the one answering path (chat completions and responses), accounting and
+metrics, and the handles of the deployments. Routes translate between OpenAI's shapes and this;
+the policy lives here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import Request
+
+from index.errors import GroundedError, InvalidRequestError
+from serve.budgets import BudgetTooSmallError, Ledger, request_caps
+from serve.config import AppConfig
+from serve.fairness import FairQueue
+from serve.generator import GeneratorUnavailableError
+from serve.keys import ApiKey, KeyStore
+from serve.metrics import metrics
+from serve.query.admission import Grant, Usage
+from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
+from serve.query.prompt import Turn
+from serve.query.retrieval import SearchFilter
+from serve.response_store import ResponseStore
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Asked:
+    """An answer under way: the answer itself (not streaming) or its first text delta, the
+    rest of the stream, ``finish`` (metrics and accounting of the answer; returns its cost)
+    and ``on_end`` (accounts a stream that ended without an answer)."""
+
+    first: Any
+    stream: AsyncIterator[str | Answer]
+    finish: Callable[[Answer], Awaitable[dict[str, Any]]]
+    on_end: Callable[[Answer | None], Awaitable[None]]
+
+
+async def _final(stream) -> Answer:
+    async for item in stream:
+        if isinstance(item, Answer):
+            return item
+    raise GeneratorUnavailableError("the query pipeline ended without an answer")
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: AppConfig,
+        keys: KeyStore,
+        pipeline: QueryPipeline,
+        generator,
+        embedder,
+        shards,
+        model_name: str,
+    ) -> None:
+        self.config, self.keys, self.pipeline = config, keys, pipeline
+        self.generator, self.embedder, self.shards = generator, embedder, shards
+        self.model_name = model_name
+        self.responses = ResponseStore(config.data_dir)
+        self.ledger = Ledger(config.data_dir, config.budgets)
+        self.fair = FairQueue(
+            config.serve.generation_slots, config.serve.queue_per_tenant, config.serve.prefill_slots
+        )
+
+    def key(self, request: Request, scope: str) -> ApiKey:
+        """The caller's key (checked by the guard before the body was read), with ``scope``."""
+        key = getattr(request.state, "api_key", None)
+        if key is None:
+            key = self.keys.authenticate(request.headers.get("authorization"))
+        key.require(scope)
+        return key
+
+    def shards_for(self, tenant: str):
+        """The Shards deployment, routed to the replica holding ``tenant``'s shard."""
+        return self.shards.options(multiplexed_model_id=tenant)
+
+    def admission(self, key: ApiKey, grants: list[Grant]):
+        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot: for
+        the answer, and for the generator's work before it (condensing, the generator
+        reranker)."""
+
+        @contextlib.asynccontextmanager
+        async def admit(tokens: int):
+            lease = await asyncio.to_thread(
+                self.ledger.reserve, key.tenant, key.id, key.limits, tokens
+            )
+            grant = Grant()
+            try:
+                async with self.fair.slot(key.tenant) as turn:
+                    grant.run = turn.run
+                    grants.append(grant)
+                    try:
+                        yield grant
+                    finally:
+                        m = metrics()
+                        m.add(m.tenant_preemptions, turn.preemptions, {"tenant": key.tenant})
+            finally:
+                used = grant.usage.prompt_tokens + grant.usage.completion_tokens
+                await asyncio.to_thread(self.ledger.settle, lease, used)
+
+        return admit
+
+    def caps(self, key: ApiKey, asked: int | None) -> tuple[int, int | None]:
+        """max_tokens and the prompt cap of a request that ``asked`` for that many answer
+        tokens (or left it to the default), from the tenant's and key's budgets."""
+        prompt_cap, completion_cap = request_caps(
+            self.config.budgets.for_tenant(key.tenant), key.limits
+        )
+        if asked is not None and completion_cap is not None and asked > completion_cap:
+            raise BudgetTooSmallError(
+                f"max_tokens {asked} is above your budget max_completion_tokens = "
+                f"{completion_cap} (the tenant's or this key's); ask for at most {completion_cap}",
+                reason="max_completion_tokens",
+            )
+        default = self.config.generator.max_tokens
+        return asked or min(default, completion_cap or default), prompt_cap
+
+    async def account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
+        """Record one request in the ledger (in a thread: SQLite off the event loop) and the
+        per-tenant metrics; returns its cost."""
+        usage = answer.usage if answer is not None else (grants[0].usage if grants else Usage())
+        outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
+        cost = await asyncio.to_thread(
+            self.ledger.record, key.tenant, key.id, outcome, prompt=usage.prompt_tokens,
+            cached=usage.cached_tokens, completion=usage.completion_tokens,
+        )  # fmt: skip
+        m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
+        m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
+        m.add(m.tenant_tokens, usage.prompt_tokens, {**tags, "kind": "prompt"})
+        m.add(m.tenant_tokens, usage.cached_tokens, {**tags, "kind": "cached_prompt"})
+        m.add(m.tenant_tokens, usage.completion_tokens, {**tags, "kind": "completion"})
+        m.add(m.tenant_cost, cost, tags)
+        return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
+
+    async def refused(self, key: ApiKey, exc: GroundedError) -> None:
+        reason = getattr(exc, "reason", None)
+        if reason is None:
+            return
+        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "refused", reason=reason)
+        metrics().tenant_requests.inc(
+            tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
+        )
+
+    async def ask(
+        self,
+        key: ApiKey,
+        question: str,
+        history: list[Turn],
+        asked_tokens: int | None,
+        options: QueryOptions,
+        request_id: str,
+        *,
+        streaming: bool,
+    ) -> Asked:
+        """The one answering path of the API (chat completions and responses): the budget's
+        caps, then the pipeline under admission (budgets, a fair slot). Refusals (budgets, the
+        queue, the prompt) raise here, before anything is sent, so they become a 4xx."""
+        grants: list[Grant] = []
+        try:
+            tokens, prompt_cap = self.caps(key, asked_tokens)
+            options = dataclasses.replace(options, max_prompt_tokens=prompt_cap)
+            # The engine's request id is the server's own: vLLM aborts by id, so a client's
+            # X-Request-Id reused by another caller must never reach it.
+            engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"
+            stream = self.pipeline.stream(
+                key.tenant, question, history, tokens, engine_id, options,
+                admit=self.admission(key, grants),
+            )  # fmt: skip
+            first = await anext(stream) if streaming else await _final(stream)
+        except GroundedError as exc:
+            await self.refused(key, exc)
+            raise
+        except asyncio.CancelledError:  # the client went away; account what was generated
+            if grants:
+                await self.account(key, None, grants)
+            raise
+
+        async def finish(answer: Answer) -> dict[str, Any]:
+            self.observe(answer)
+            return await self.account(key, answer, grants)
+
+        async def on_end(answer: Answer | None) -> None:
+            if answer is None:  # cancelled or failed: account what was generated
+                await self.account(key, None, grants)
+
+        return Asked(first, stream, finish, on_end)
+
+    def observe(self, answer: Answer) -> None:
+        m = metrics()
+        m.record_stages(answer.timings)
+        m.add(m.tokens, answer.usage.prompt_tokens, {"kind": "prompt"})
+        m.add(m.tokens, answer.usage.cached_tokens, {"kind": "cached_prompt"})
+        m.add(m.tokens, answer.usage.completion_tokens, {"kind": "completion"})
+        if answer.abstained:
+            m.abstentions.inc(tags={"by": "model" if answer.sources else "gate"})
+        m.add(m.invalid_citations, answer.invalid_citations_removed)
+
+    async def stores_filter(
+        self, tenant: str, store_ids: list[str], filters: dict[str, Any] | None
+    ) -> tuple[SearchFilter | None, dict[str, dict[str, Any]]]:
+        """Retrieval narrowed to the caller's vector stores: the documents that are members
+        of any of them and whose membership attributes pass ``filters`` (OpenAI's comparison
+        and compound filters), with those attributes. ``vs_<tenant>`` is the tenant's whole
+        document set (no narrowing), which has no attributes to filter on."""
+        alias = f"vs_{tenant}"
+        if alias in store_ids or tenant in store_ids:
+            if filters is not None:
+                raise InvalidRequestError(
+                    f"filters select vector store files by their attributes, and {alias} (every "
+                    "document of the tenant) has none: search a vector store you created",
+                    param="filters",
+                )
+            return None, {}
+        members = await self.shards_for(tenant).catalog.remote(
+            "matching_members", store_ids, filters
+        )
+        return SearchFilter(doc_ids=tuple(members)), members
+
+    async def embed(self, key: ApiKey, texts: list[str]):
+        """Embeddings under the caller's budgets: reserved with the generator's tokenizer (an
+        estimate made before the embedder runs); charged and recorded as the embedder's own
+        count, the usage the response reports. Returns (vectors, tokens)."""
+        reserved = sum(self.generator.count(text) for text in texts)
+        try:
+            lease = await asyncio.to_thread(
+                self.ledger.reserve, key.tenant, key.id, key.limits, reserved
+            )
+        except GroundedError as exc:
+            await self.refused(key, exc)
+            raise
+        tokens = 0
+        try:
+            vectors, tokens = await self.embedder.embed.remote(texts)
+        finally:
+            await asyncio.to_thread(self.ledger.settle, lease, tokens)
+        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=tokens)
+        return vectors, tokens

@@ -1,0 +1,94 @@
+"""Stored responses (``store: true``), per tenant: what ``GET /v1/responses/{id}``,
+``input_items`` and ``previous_response_id`` read.
+
+One SQLite database beside the usage ledger (``responses.sqlite``, in backups too). Every read
+and delete names the tenant with the id, so another tenant's response id is simply absent: the
+same 404 as an id that never existed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from index.errors import DocumentNotFoundError
+
+DB_NAME = "responses.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    tenant      TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    body        TEXT NOT NULL,   -- the response object, as returned
+    input_items TEXT NOT NULL,   -- JSON list of the request's input items, with their ids
+    history     TEXT NOT NULL,   -- JSON [[role, text], ...]: the conversation up to and with it
+    PRIMARY KEY (tenant, id)
+);
+"""
+
+
+class ResponseNotFoundError(DocumentNotFoundError):
+    pass
+
+
+class ResponseStore:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / DB_NAME
+        self._lock = threading.Lock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+
+    def save(
+        self,
+        tenant: str,
+        response: dict[str, Any],
+        input_items: list[dict[str, Any]],
+        history: list[tuple[str, str]],
+    ) -> None:
+        with self._lock, closing(self._connect()) as db:
+            db.execute(
+                "INSERT INTO responses(tenant, id, created_at, body, input_items, history)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (tenant, response["id"], response["created_at"], json.dumps(response),
+                 json.dumps(input_items), json.dumps(history)),
+            )  # fmt: skip
+
+    def _row(self, tenant: str, response_id: str, columns: str) -> tuple:
+        with closing(self._connect()) as db:
+            row = db.execute(
+                f"SELECT {columns} FROM responses WHERE tenant = ? AND id = ?",
+                (tenant, response_id),
+            ).fetchone()
+        if row is None:
+            raise ResponseNotFoundError(
+                f"no response {response_id!r}: it does not exist, was deleted, or was created "
+                "with store: false",
+                param="response_id",
+            )
+        return row
+
+    def get(self, tenant: str, response_id: str) -> dict[str, Any]:
+        return json.loads(self._row(tenant, response_id, "body")[0])
+
+    def history(self, tenant: str, response_id: str) -> list[tuple[str, str]]:
+        """The conversation that ``response_id`` ended: its earlier turns, its input and its
+        answer, oldest first."""
+        return [tuple(turn) for turn in json.loads(self._row(tenant, response_id, "history")[0])]
+
+    def input_items(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
+        return json.loads(self._row(tenant, response_id, "input_items")[0])
+
+    def delete(self, tenant: str, response_id: str) -> None:
+        self._row(tenant, response_id, "id")
+        with self._lock, closing(self._connect()) as db:
+            db.execute("DELETE FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))

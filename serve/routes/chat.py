@@ -1,0 +1,42 @@
+"""``/v1/chat/completions``: OpenAI's chat completions over the Gateway's answering path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from serve import api, openapi
+from serve.query.pipeline import Answer
+from serve.routes import gateway
+from serve.streaming import chat_events
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=None, responses=openapi.CHAT)
+async def chat(request: Request, body: api.ChatRequest):
+    service = gateway()
+    key = service.key(request, "query")
+    api.check_model(body.model)
+    request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
+    created, files_url = api.now(), f"{request.base_url}v1/files"
+    asked = await service.ask(
+        key, body.question(), body.history(), body.answer_tokens(), body.options(),
+        request_id, streaming=body.stream,
+    )  # fmt: skip
+    if not body.stream:
+        cost = await asked.finish(asked.first)
+        return JSONResponse(api.chat_completion(asked.first, request_id, created, files_url, cost))
+
+    async def final_chunks(answer: Answer) -> list[dict[str, Any]]:
+        cost = await asked.finish(answer)
+        return api.final_chunks(answer, request_id, created, body.include_usage(),
+                                files_url, cost)  # fmt: skip
+
+    events = chat_events(asked.first, asked.stream, request_id=request_id, created=created,
+                         final_chunks=final_chunks, on_end=asked.on_end)  # fmt: skip
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+    )

@@ -1,0 +1,32 @@
+"""``/v1/embeddings``, ``/v1/models`` and ``/health``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from serve import api, openapi
+from serve.routes import gateway
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=None, responses={200: {"model": openapi.Health}})
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/v1/models", response_model=None, responses=openapi.MODELS)
+async def models(request: Request) -> dict[str, Any]:
+    service = gateway()
+    service.key(request, "query")
+    return api.models_list(service.model_name)
+
+
+@router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
+async def embeddings(request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
+    service = gateway()
+    key = service.key(request, "query")
+    vectors, tokens = await service.embed(key, body.texts())
+    return api.embeddings(vectors, body.encoding_format, tokens, body.model)

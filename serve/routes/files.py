@@ -1,0 +1,100 @@
+"""``/v1/files``: uploads into the caller's tenant (ingested once; a vector store only names
+them), their listing, their content as uploaded or as stored text, and their deletion."""
+
+from __future__ import annotations
+
+import mimetypes
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi.responses import PlainTextResponse, Response
+
+from index.errors import DocumentNotFoundError, InvalidRequestError
+from serve import api, openapi
+from serve.routes import gateway
+
+router = APIRouter()
+
+
+async def _file(request: Request, scope: str, file_id: str):
+    """The caller's file (a document, or an upload being ingested), or 404: another tenant's
+    ids are answered exactly like ids that never existed."""
+    service = gateway()
+    key = service.key(request, scope)
+    try:
+        return key, await service.shards_for(key.tenant).file.remote(file_id)
+    except DocumentNotFoundError:
+        raise DocumentNotFoundError(f"no such file: {file_id}") from None
+
+
+@router.post("/v1/files", response_model=None, responses=openapi.FILE)
+async def upload(
+    request: Request,
+    file: UploadFile = File(...),  # noqa: B008
+    purpose: str = Form("assistants"),  # accepted as OpenAI clients send it; not used
+) -> dict[str, Any]:
+    service = gateway()
+    key = service.key(request, "ingest")
+    limit = service.config.index.limits.max_bytes
+    data = await file.read(limit + 1)
+    name = Path(file.filename or "").name
+    if not name:
+        raise InvalidRequestError("the upload has no file name", param="file")
+    if len(data) > limit:
+        error = InvalidRequestError(
+            f"{name}: larger than the limit of {limit:,} bytes (index.limits.max_bytes)",
+            param="file",
+        )
+        error.status = 413
+        raise error
+    wait_s = service.config.serve.upload_wait_s
+    result, record = await service.shards_for(key.tenant).upload.remote(name, data, wait_s)
+    if result is not None and result.status == "refused":
+        raise api.refusal(result)
+    return api.file_object(record)  # processed, or still being ingested ("uploaded")
+
+
+@router.get("/v1/files", response_model=None, responses=openapi.FILES)
+async def files(request: Request) -> dict[str, Any]:
+    service = gateway()
+    key = service.key(request, "query")
+    documents, uploads = await service.shards_for(key.tenant).files.remote()
+    return {"object": "list", "data": [api.file_object(r) for r in [*documents, *uploads]],
+            "has_more": False}  # fmt: skip
+
+
+@router.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
+async def file(request: Request, file_id: str) -> dict[str, Any]:
+    _, record = await _file(request, "query", file_id)
+    return api.file_object(record)
+
+
+@router.get("/v1/files/{file_id}/content", response_model=None, responses=openapi.CONTENT)
+async def file_content(request: Request, file_id: str, format: str = "original"):
+    """The file as uploaded; ``?format=text``: its text as stored (extracted from PDF and
+    HTML), of which citation URLs give character ranges (``#char=start,end``)."""
+    service = gateway()
+    key = service.key(request, "query")
+    if format not in ("original", "text"):
+        raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
+    try:
+        kind, *found = await service.shards_for(key.tenant).content.remote(
+            file_id, format == "text"
+        )
+    except DocumentNotFoundError:
+        raise DocumentNotFoundError(f"no such file: {file_id}") from None
+    if kind == "text":
+        return PlainTextResponse(found[0])
+    name, data = found
+    media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    disposition = f"attachment; filename*=UTF-8''{urllib.parse.quote(name)}"
+    return Response(data, media_type=media, headers={"content-disposition": disposition})
+
+
+@router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
+async def delete(request: Request, file_id: str) -> dict[str, Any]:
+    key, _ = await _file(request, "ingest", file_id)
+    await gateway().shards_for(key.tenant).delete.remote(file_id)
+    return {"id": file_id, "object": "file", "deleted": True}

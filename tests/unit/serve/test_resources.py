@@ -1,0 +1,108 @@
+"""What each deployment asks Ray for, and the checks that refuse incoherent GPU requests."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from index.errors import ConfigError
+from serve.cli import app
+from serve.config import load_config
+from serve.resources import deployment_options, engine_kwargs, gpu_packing
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+GPU_YAML = REPO / "configs" / "gpu.yaml"
+
+
+def gpu_config(**sections):
+    """configs/gpu.yaml with ``sections`` merged over it (one level deep per section)."""
+    import yaml
+
+    data = yaml.safe_load(GPU_YAML.read_text())
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return load_config(None, **data)
+
+
+def deployments(**changes):
+    """gpu.yaml's serve.deployments with some deployments' options changed."""
+    import yaml
+
+    shipped = yaml.safe_load(GPU_YAML.read_text())["serve"]["deployments"]
+    return {name: {**options, **changes.get(name, {})} for name, options in shipped.items()}
+
+
+def test_the_gpu_config_asks_ray_for_every_gpu_it_uses_and_fits_one_gpu():
+    config = load_config(GPU_YAML)
+    for name in ("embedder", "shards", "generator", "reranker"):
+        assert deployment_options(config, name)["ray_actor_options"]["num_gpus"] > 0, name
+    assert gpu_packing(config, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "deployment"),
+    [("index", "vectors", "shards"), ("index", "embedder", "embedder")],
+)
+def test_cuda_without_a_gpu_request_is_refused(section, field, deployment):
+    with pytest.raises(ConfigError, match=f"{section}.{field}.device is cuda but serve"):
+        gpu_config(serve={"deployments": deployments(**{deployment: {"num_gpus": 0}})})
+
+
+def test_a_tensor_parallel_generator_gets_one_bundle_per_gpu_and_the_ray_executor():
+    config = gpu_config(
+        generator={"engine_kwargs": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.9}},
+        serve={"deployments": deployments(generator={"num_gpus": 2})},
+    )
+    options = deployment_options(config, "generator")
+    assert options["ray_actor_options"]["num_gpus"] == 0  # the replica rides in bundle 0
+    assert options["placement_group_bundles"] == [{"CPU": 4, "GPU": 1.0}, {"GPU": 1.0}]
+    assert options["placement_group_strategy"] == "STRICT_PACK"
+    assert engine_kwargs(config)["distributed_executor_backend"] == "ray"
+    assert "placement_group_bundles" not in deployment_options(config, "embedder")
+    # two whole GPUs for the engine, one more for the fractions of the others
+    assert gpu_packing(config, 3) is None
+    assert "need 3 GPUs" in gpu_packing(config, 2)
+
+
+def test_a_tensor_parallel_generator_must_request_as_many_gpus():
+    with pytest.raises(ConfigError, match=r"spans 4 GPUs .* set it to 4"):
+        gpu_config(generator={"engine_kwargs": {"tensor_parallel_size": 4}})
+
+
+def test_vllm_may_not_take_more_gpu_memory_than_its_share_of_the_gpu():
+    with pytest.raises(ConfigError, match=r"gpu_memory_utilization 0\.9 is more"):
+        gpu_config(generator={"engine_kwargs": {"gpu_memory_utilization": 0.9}})
+
+
+def test_the_engine_holds_every_admitted_generation():
+    config = load_config(GPU_YAML)  # 2 ingress replicas x 128 generation slots
+    assert engine_kwargs(config)["max_num_seqs"] == 256
+    unset = load_config(None)  # 1 x 16 admitted: vLLM's own default of 128 stays
+    assert engine_kwargs(unset)["max_num_seqs"] == 128
+    with pytest.raises(ConfigError, match="max_num_seqs 128 is below the 256 generations"):
+        gpu_config(generator={"engine_kwargs": {"max_num_seqs": 128}})
+
+
+def test_replicas_that_do_not_fit_the_gpus_are_named():
+    config = gpu_config(serve={"deployments": deployments(generator={"num_replicas": 2})})
+    assert gpu_packing(config, 2) is None  # one generator per GPU, the rest beside one
+    problem = gpu_packing(config, 1)
+    assert "need 2 GPUs" in problem and "generator 0.7" in problem
+
+
+def test_check_config_checks_the_packing_for_a_given_gpu_count(tmp_path):
+    runner = CliRunner()
+    fits = runner.invoke(app, ["check-config", str(GPU_YAML), "--gpus", "1"])
+    assert fits.exit_code == 0, fits.output
+    crowded = tmp_path / "crowded.yaml"
+    crowded.write_text(
+        GPU_YAML.read_text().replace(
+            "generator: {num_replicas: 1, num_cpus: 4, num_gpus: 0.7",
+            "generator: {num_replicas: 3, num_cpus: 4, num_gpus: 0.7",
+        )
+    )
+    refused = runner.invoke(app, ["check-config", str(crowded), "--gpus", "2"])
+    assert refused.exit_code != 0
+    assert "need 3 GPUs" in refused.output
