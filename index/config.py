@@ -48,8 +48,16 @@ class EmbedderConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "float16"] = "auto"
     batch_size: int = Field(64, gt=0)
-    query_prefix: str = ""
-    document_prefix: str = ""
+    query_prefix: str = Field(
+        "",
+        description="Prepended to questions; empty: the model "
+        "folder's own 'query' prompt, if it declares one (e5).",
+    )
+    document_prefix: str = Field(
+        "",
+        description="Prepended to chunks; empty: the model "
+        "folder's 'document' or 'passage' prompt, if any.",
+    )
 
 
 class VectorIndexConfig(_Strict):
@@ -75,7 +83,14 @@ class VectorIndexConfig(_Strict):
     )
 
 
+DEFAULT_EMBEDDER = "default"
+
+
 class IndexConfig(_Strict):
+    """``embedder`` serves every tenant not named in ``tenant_embedders``; ``embedders`` are
+    more models by name (a tenant's shard records the model that built it, and keeps being
+    served with it until ``grounded reindex`` moves it to the one configured for it)."""
+
     ingest_batch_chunks: int = Field(
         1024,
         gt=0,
@@ -85,4 +100,37 @@ class IndexConfig(_Strict):
     limits: LoaderLimits = LoaderLimits()
     chunker: ChunkerConfig = ChunkerConfig()
     embedder: EmbedderConfig = EmbedderConfig()
+    embedders: dict[str, EmbedderConfig] = Field(
+        default_factory=dict,
+        description="More embedders by name, e.g. {multilingual: {model: "
+        "multilingual-e5-small}}; 'default' names `embedder`.",
+    )
+    tenant_embedders: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tenant -> the name of its embedder in `embedders` (others: `embedder`).",
+    )
     vectors: VectorIndexConfig = VectorIndexConfig()
+
+    @model_validator(mode="after")
+    def _embedders_named(self) -> IndexConfig:
+        if DEFAULT_EMBEDDER in self.embedders:
+            raise ValueError(
+                f"index.embedders: {DEFAULT_EMBEDDER!r} is the name of index.embedder; "
+                "give the extra embedder another name"
+            )
+        names = {DEFAULT_EMBEDDER, *self.embedders}
+        for tenant, name in self.tenant_embedders.items():
+            if name not in names:
+                raise ValueError(
+                    f"index.tenant_embedders.{tenant}: no embedder named {name!r}; "
+                    f"choose one of {', '.join(sorted(names))} (index.embedders)"
+                )
+        return self
+
+    def embedder_configs(self) -> dict[str, EmbedderConfig]:
+        """Every configured embedder by name, the default first."""
+        return {DEFAULT_EMBEDDER: self.embedder, **self.embedders}
+
+    def embedder_name(self, tenant: str) -> str:
+        """The embedder a tenant's shard is built with (new shards, ``grounded reindex``)."""
+        return self.tenant_embedders.get(tenant, DEFAULT_EMBEDDER)

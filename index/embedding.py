@@ -64,9 +64,10 @@ def resolve_model(model: str) -> tuple[str, Path]:
     path = Path(model).expanduser()
     if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
         raise ConfigError(
-            f"embedder.model {model!r} is neither {PACKAGED_MODEL!r} nor a local "
-            "sentence-transformers model folder (no config.json or modules.json in it)",
-            param="embedder.model",
+            f"embedder model {model!r} is neither {PACKAGED_MODEL!r} nor a local "
+            "sentence-transformers model folder (no config.json or modules.json in it); "
+            "`grounded models fetch NAME` installs the embedders `grounded models list` names",
+            param="index.embedder.model",
         )
     return f"local/{path.resolve().name}", path.resolve()
 
@@ -99,6 +100,7 @@ class SentenceTransformerEmbedder:
         self.dimension = 0
         self.max_seq_length = 0
         self.tokenizer: HFTokenCounter | None = None
+        self.query_prompt = self.document_prompt = ""
 
     @property
     def device(self) -> str:
@@ -110,8 +112,9 @@ class SentenceTransformerEmbedder:
 
     @property
     def max_tokens(self) -> int:
-        """Most tokens a chunk may have: the sequence length less [CLS] and [SEP]."""
-        return self.max_seq_length - 2
+        """Most tokens a chunk may have: the sequence length less [CLS], [SEP] and the
+        document prompt."""
+        return self.max_seq_length - 2 - self.tokenizer.count(self.document_prompt)
 
     def start(self) -> SentenceTransformerEmbedder:
         with self._lock:
@@ -132,6 +135,7 @@ class SentenceTransformerEmbedder:
             self.dimension = int((dimension or model.get_sentence_embedding_dimension)())
             self.max_seq_length = int(model.max_seq_length)
             self.tokenizer = HFTokenCounter(model.tokenizer)
+            self.query_prompt, self.document_prompt = prompts(self.config, model.prompts)
             self._model = model
             log.info(
                 "embedder %s loaded on %s (dim %d, fp16=%s)",
@@ -146,8 +150,6 @@ class SentenceTransformerEmbedder:
         return self._model is not None
 
     def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
-        if self._model is None:
-            self.start()
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self._model.encode(
@@ -160,7 +162,19 @@ class SentenceTransformerEmbedder:
         return validate_vectors(vectors, self.dimension, f"{self.model_id} output")
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.config.document_prefix)
+        self.start()
+        return self._encode(texts, self.document_prompt)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.config.query_prefix)
+        self.start()
+        return self._encode(texts, self.query_prompt)
+
+
+def prompts(config: EmbedderConfig, model_prompts: dict[str, str]) -> tuple[str, str]:
+    """(query prompt, document prompt): the configured prefixes, else the ones the model folder
+    declares (sentence-transformers ``prompts``: e5's "query: " and "passage: "), else none."""
+    query = config.query_prefix or model_prompts.get("query", "")
+    document = config.document_prefix or next(
+        (model_prompts[n] for n in ("document", "passage", "corpus") if n in model_prompts), ""
+    )
+    return query, document

@@ -53,6 +53,14 @@ class EmbedderMismatchError(GroundedError):
     type = "invalid_request_error"
 
 
+class EmbedderChangedError(EmbedderMismatchError):
+    """A query vector from the model a shard had before a reindex moved it: embed again."""
+
+    status = 503
+    type = "service_unavailable"
+    retry_after = 1
+
+
 class DocumentRefusedError(InvalidRequestError):
     """A file that cannot be ingested. Names the file and the reason; nothing was stored."""
 

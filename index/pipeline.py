@@ -23,6 +23,7 @@ from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocum
 from index.loaders import SUPPORTED_EXTENSIONS, load_document
 from index.screening import find_instructions
 from index.store.shard import Manifest, PreparedDocument, TenantShard
+from index.types import Chunk, Document
 
 log = logging.getLogger(__name__)
 
@@ -205,17 +206,27 @@ class IngestPipeline:
         ]
 
     def reindex(self) -> int:
-        """Re-chunk and re-embed every stored document with the configured chunker and embedder,
-        in one transaction; returns the number of chunks written."""
+        """Re-chunk and re-embed every stored document with this pipeline's chunker and
+        embedder; returns the number of chunks written. Readers go on searching the old
+        vectors while the new ones are computed; they replace them in one transaction, which
+        also re-embeds whatever was written in the meantime."""
         manifest = Manifest(self.embedder.model_id, self.embedder.dimension, self.chunker.version)
-        versions = self.shard.document_versions()
+        done = {doc_id: (version, *self._rechunk(doc_id, version, document))
+                for doc_id, version, document in self.shard.iter_documents()}  # fmt: skip
         written = 0
         with self.shard.rewrite(manifest) as writer:
-            for doc_id, document in self.shard.iter_documents():
-                chunks = self.chunker.chunk(
-                    document, tenant=self.shard.tenant, doc_id=doc_id, version=versions[doc_id]
-                )
-                vectors = self.embedder.embed_documents([c.text for c in chunks])
+            for doc_id, version, document in self.shard.iter_documents():
+                if done.get(doc_id, (None,))[0] != version:  # written since the first pass
+                    done[doc_id] = (version, *self._rechunk(doc_id, version, document))
+                _, chunks, vectors = done[doc_id]
                 writer.write(doc_id, document.file_name, chunks, vectors)
                 written += len(chunks)
         return written
+
+    def _rechunk(
+        self, doc_id: str, version: int, document: Document
+    ) -> tuple[list[Chunk], np.ndarray]:
+        chunks = self.chunker.chunk(
+            document, tenant=self.shard.tenant, doc_id=doc_id, version=version
+        )
+        return chunks, self.embedder.embed_documents([c.text for c in chunks])

@@ -33,7 +33,13 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
+from index.config import DEFAULT_EMBEDDER
+from index.errors import (
+    DocumentNotFoundError,
+    EmbedderChangedError,
+    GroundedError,
+    InvalidRequestError,
+)
 from index.pipeline import IngestResult, SourceFile, doc_id_for
 from index.service import IndexService
 from index.store.collections import VectorStoreCatalog
@@ -76,62 +82,91 @@ CATALOG_OPERATIONS = frozenset({
 @serve.deployment
 class Embedder:
     """Query embeddings batched across concurrent requests, with an LRU cache keyed by tenant,
-    model id and whitespace-normalised text; document embeddings for ingestion."""
+    model id and whitespace-normalised text; document embeddings for ingestion. Hosts every
+    configured embedder (index.embedders), each loaded on first use; a call names its model
+    by the model id a shard records (None: the default embedder)."""
 
     def __init__(self, config: AppConfig) -> None:
-        from index.embedding import SentenceTransformerEmbedder
+        from index.service import Embedders
 
-        self.embedder = SentenceTransformerEmbedder(config.index.embedder).start()
+        self.embedders = Embedders(config.index)
+        self.embedders.get(DEFAULT_EMBEDDER)
         self.cache = QueryEmbeddingCache(config.serve.embed_cache_size)
         self._embed_batch.set_max_batch_size(config.serve.embed_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(config.serve.embed_batch_wait_s)
 
-    def info(self) -> dict[str, Any]:
-        e = self.embedder
+    async def _model(self, model_id: str | None):
+        if model_id is None:
+            return self.embedders.get(DEFAULT_EMBEDDER)[0]
+        return (await asyncio.to_thread(self.embedders.for_model, model_id))[0]
+
+    async def info(self, model_id: str | None = None) -> dict[str, Any]:
+        e = await self._model(model_id)
         return {"model_id": e.model_id, "dimension": e.dimension, "path": str(e.path),
                 "max_tokens": e.max_tokens}  # fmt: skip
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
-        return list(await asyncio.to_thread(self.embedder.embed_queries, texts))
+    async def _embed_batch(self, requests: list[tuple[str, str]]) -> list[np.ndarray]:
+        """(model id, text) pairs of concurrent requests, embedded one call per model."""
+        vectors: list[np.ndarray | None] = [None] * len(requests)
+        for model_id in dict.fromkeys(m for m, _ in requests):
+            at = [i for i, (m, _) in enumerate(requests) if m == model_id]
+            embedder = await self._model(model_id)
+            texts = [requests[i][1] for i in at]
+            for i, vector in zip(at, await asyncio.to_thread(embedder.embed_queries, texts),
+                                 strict=True):  # fmt: skip
+                vectors[i] = vector
+        return vectors
 
-    async def embed_query(self, text: str, tenant: str) -> np.ndarray:
+    async def embed_query(self, text: str, tenant: str, model_id: str) -> np.ndarray:
         """Cached per tenant: a hit's speed would otherwise tell one tenant what another asked."""
-        key = QueryEmbeddingCache.key(tenant, self.embedder.model_id, text)
+        key = QueryEmbeddingCache.key(tenant, model_id, text)
         if (vector := self.cache.get(key)) is not None:
             metrics().embed_cache.inc(tags={"result": "hit"})
             return vector
         metrics().embed_cache.inc(tags={"result": "miss"})
-        vector = await self._embed_batch(key[2])
+        vector = await self._embed_batch((model_id, key[2]))
         self.cache.put(key, vector)
         return vector
 
-    async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.embedder.embed_documents, texts)
+    async def embed_documents(self, texts: list[str], model_id: str | None = None) -> np.ndarray:
+        embedder = await self._model(model_id)
+        return await asyncio.to_thread(embedder.embed_documents, texts)
 
     async def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        """/v1/embeddings: vectors and the number of input tokens."""
-        tokens = sum(self.embedder.tokenizer.count(t) for t in texts)
-        return await asyncio.to_thread(self.embedder.embed_documents, texts), tokens
+        """/v1/embeddings (the default embedder): vectors and the number of input tokens."""
+        embedder = await self._model(None)
+        tokens = sum(embedder.tokenizer.count(t) for t in texts)
+        return await asyncio.to_thread(embedder.embed_documents, texts), tokens
 
 
 class HandleEmbedder:
-    """The DocumentEmbedder the shard replicas ingest with: the embedder deployment does the
-    work; the tokenizer (for chunking) is loaded locally from the same model folder."""
+    """A DocumentEmbedder the shard replicas ingest with: the embedder deployment does the
+    work; the tokenizer (for chunking) is loaded locally from the same model folder.
+    ``start()`` blocks on the deployment: call it from a thread, never the event loop."""
 
-    def __init__(self, handle, info: dict[str, Any], chunk_tokenizer) -> None:
+    def __init__(self, handle, config) -> None:
+        from index.embedding import resolve_model as resolve_embedder
+
         self.handle = handle
-        self.model_id = info["model_id"]
-        self.dimension = info["dimension"]
-        self.max_tokens = info["max_tokens"]
-        self.tokenizer = chunk_tokenizer
+        self.model_id = resolve_embedder(config.model)[0]
+        self.dimension = self.max_tokens = 0
+        self.tokenizer = None
 
     def start(self) -> HandleEmbedder:
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from index.embedding import HFTokenCounter
+
+            info = self.handle.info.remote(self.model_id).result()
+            self.dimension, self.max_tokens = info["dimension"], info["max_tokens"]
+            self.tokenizer = HFTokenCounter(AutoTokenizer.from_pretrained(info["path"]))
         return self
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         # Called from the ingest thread (never the replica's event loop), so blocking is fine.
-        return self.handle.embed_documents.remote(list(texts)).result()
+        return self.handle.embed_documents.remote(list(texts), self.model_id).result()
 
 
 # --- Shards -----------------------------------------------------------------------------
@@ -161,23 +196,16 @@ class Shards:
 
     async def _service(self) -> IndexService:
         if self.service is None:
-            from transformers import AutoTokenizer
+            from index.service import Embedders
 
-            from index.embedding import HFTokenCounter
-
-            info = await self.embedder.info.remote()
-            tokenizer = HFTokenCounter(AutoTokenizer.from_pretrained(info["path"]))
-            remote = HandleEmbedder(self.embedder, info, tokenizer)
-            self.service = IndexService(self.config.index, self.config.data_dir, embedder=remote)
-            self.service.start()
+            remote = Embedders(self.config.index, lambda c: HandleEmbedder(self.embedder, c))
+            service = IndexService(self.config.index, self.config.data_dir, embedders=remote)
+            self.service = await asyncio.to_thread(service.start)
         return self.service
 
     async def _load_shard(self, tenant: str) -> TenantShard:
         service = await self._service()
-        shard = TenantShard(
-            service.tenants.path_for(tenant), tenant, service.manifest, service.config.vectors
-        )
-        await asyncio.to_thread(shard.start)
+        shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
         for upload in await asyncio.to_thread(Uploads(shard).unfinished):
             if upload.status == "in_progress":  # interrupted by a restart: resumed here
@@ -189,13 +217,28 @@ class Shards:
     async def _shard(self) -> TenantShard:
         return await self.get_shard(serve.get_multiplexed_model_id())
 
+    async def embedder_model(self) -> str:
+        """The model id the calling tenant's shard was built with (its queries need it)."""
+        return (await self._shard()).manifest.embedder_model_id
+
     async def search(
-        self, query: str, vector: np.ndarray | None, k: int, params: SearchParams
-    ) -> list[tuple[SearchHit, float]]:
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        model_id: str | None,
+        k: int,
+        params: SearchParams,
+    ) -> tuple[str, list[tuple[SearchHit, float]] | None]:
+        """(the shard's model id, hits); no hits when ``vector`` came from another model (a
+        reindex moved the shard meanwhile): the caller embeds again with the one named."""
         shard = await self._shard()
-        return await asyncio.to_thread(
-            search_shard, shard, PrecomputedQuery(vector), query, k, params
-        )
+        try:
+            hits = await asyncio.to_thread(
+                search_shard, shard, PrecomputedQuery(vector, model_id), query, k, params
+            )
+        except EmbedderChangedError:
+            hits = None
+        return shard.manifest.embedder_model_id, hits
 
     async def upload(self, file_name: str, data: bytes, wait_s: float):
         """Keep the upload, ingest it in the background (it may outlast the request, and a
@@ -233,13 +276,16 @@ class Shards:
     def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
         from index.pipeline import IngestPipeline
 
-        uploads, service = Uploads(shard), self.service
+        uploads = Uploads(shard)
         pending = uploads.bytes_of(doc_id, pending=True)
         if pending is None:  # deleted before its turn
             return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
         file_name, data = pending
-        pipeline = IngestPipeline(shard, service.embedder, service.chunker, service.config.limits,
-                                  batch_chunks=service.config.ingest_batch_chunks)  # fmt: skip
+        embedder, chunker = self.service.embedders.for_model(
+            shard.manifest.embedder_model_id, tenant
+        )
+        pipeline = IngestPipeline(shard, embedder, chunker, self.service.config.limits,
+                                  batch_chunks=self.service.config.ingest_batch_chunks)  # fmt: skip
         source = SourceFile.from_bytes(
             data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
         )
@@ -326,17 +372,27 @@ class RemoteSearcher:
 
     def __init__(self, embedder, shards) -> None:
         self.embedder, self.shards = embedder, shards
+        self.models: dict[str, str] = {}  # tenant -> the model its shard was built with
 
     async def search(
         self, tenant: str, query: str, k: int, params: SearchParams
     ) -> list[tuple[SearchHit, float]]:
-        vector = None
-        if params.mode != "lexical":
-            started = time.perf_counter()
-            vector = await self.embedder.embed_query.remote(query, tenant)
-            metrics().stage.observe(time.perf_counter() - started, tags={"stage": "embed"})
         shards = self.shards.options(multiplexed_model_id=tenant)
-        return await shards.search.remote(query, vector, k, params)
+        if params.mode == "lexical":
+            return (await shards.search.remote(query, None, None, k, params))[1]
+        if tenant not in self.models:
+            self.models[tenant] = await shards.embedder_model.remote()
+        for _ in range(3):  # a reindex may move the shard to another model between the calls
+            started = time.perf_counter()
+            vector = await self.embedder.embed_query.remote(query, tenant, self.models[tenant])
+            metrics().stage.observe(time.perf_counter() - started, tags={"stage": "embed"})
+            model, hits = await shards.search.remote(query, vector, self.models[tenant], k, params)
+            self.models[tenant] = model
+            if hits is not None:
+                return hits
+        error = GeneratorUnavailableError(f"tenant {tenant!r} is being reindexed; retry")
+        error.retry_after = 2
+        raise error
 
 
 # --- Reranker ---------------------------------------------------------------------------

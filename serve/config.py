@@ -192,7 +192,26 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
         problems = gpu_requests(config)
         if problems:
             raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
-    return _resolve_judge(config)
+    return _resolve_embedders(_resolve_judge(config))
+
+
+def _resolve_embedders(config: AppConfig) -> AppConfig:
+    """An embedder's ``model`` may name a fetched one (``multilingual-e5-small``): it becomes
+    its folder in the data directory (absent: the error names the fetch command)."""
+    from serve.models import EMBEDDERS, models_dir
+
+    def resolved(embedder):
+        if embedder.model not in EMBEDDERS:
+            return embedder
+        return embedder.model_copy(
+            update={"model": str(models_dir(config.data_dir) / embedder.model)}
+        )
+
+    index = config.index.model_copy(update={
+        "embedder": resolved(config.index.embedder),
+        "embedders": {name: resolved(e) for name, e in config.index.embedders.items()},
+    })  # fmt: skip
+    return config.model_copy(update={"index": index})
 
 
 def _resolve_judge(config: AppConfig) -> AppConfig:

@@ -24,7 +24,7 @@ import numpy as np
 
 from index.config import VectorIndexConfig
 from index.embedding import validate_vectors
-from index.errors import DocumentNotFoundError, EmbedderMismatchError
+from index.errors import DocumentNotFoundError, EmbedderChangedError, EmbedderMismatchError
 from index.screening import FlaggedPassage, find_instructions
 from index.store.schema import BM25_WEIGHTS, SCHEMA, SCHEMA_VERSION, fts_query
 from index.store.vectors import VectorIndex
@@ -99,10 +99,13 @@ class TenantShard:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self, *, adopt_manifest: bool = False) -> TenantShard:
+    def start(self, *, accept: Collection[str] = (), adopt_manifest: bool = False) -> TenantShard:
         """Open (creating if new) the database, check the manifest, load or rebuild vectors.
 
-        ``adopt_manifest`` accepts a stored manifest from another embedder (for reindexing).
+        A new shard is built with ``manifest``. An existing one keeps the embedder that built
+        it when that model is ``manifest``'s or in ``accept`` (the other configured
+        embedders); ``adopt_manifest`` accepts any (its vectors are then not loaded: only
+        ``grounded reindex`` may follow).
         """
         with self._lock:
             if self._db is not None:
@@ -117,7 +120,7 @@ class TenantShard:
             db.executescript(SCHEMA)
             _add_flags_column(db)
             self._db = db
-            if self._check_manifest(adopt_manifest):
+            if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
         return self
 
@@ -130,24 +133,29 @@ class TenantShard:
             self._db = None
             self._vectors = None
 
-    def _check_manifest(self, adopt: bool) -> bool:
-        """True when the stored manifest matches the configured embedder (or the shard is new)."""
-        stored = dict(self._conn.execute("SELECT key, value FROM manifest").fetchall())
-        if not stored:
+    def _check_manifest(self, accept: Collection[str], adopt: bool) -> bool:
+        """True when the shard may be served: new, or built by an available embedder."""
+        stored = _stored_manifest(self._conn)
+        if stored is None:
             self._write_manifest(self.manifest)
             return True
-        model, dimension = stored.get("embedder_model_id"), int(stored.get("dimension", 0))
-        if (model, dimension) != (self.manifest.embedder_model_id, self.manifest.dimension):
-            if not adopt:
-                raise EmbedderMismatchError(
-                    f"tenant {self.tenant!r} was indexed with {model} ({dimension}-d) but the "
-                    f"configured embedder is {self.manifest.embedder_model_id} "
-                    f"({self.manifest.dimension}-d): set embedder.model back, or run "
-                    f"`grounded reindex --tenant {self.tenant}` to re-embed with the new model",
-                    param="embedder.model",
-                )
-            return False  # vectors are rebuilt by rewrite()
-        return True
+        same = (stored.embedder_model_id, stored.dimension)
+        if same == (self.manifest.embedder_model_id, self.manifest.dimension):
+            return True
+        if stored.embedder_model_id in accept:
+            self.manifest = stored  # served with the model that built it until reindexed
+            return True
+        if adopt:
+            self.manifest = stored  # what the stored vectors are, until rewrite() replaces them
+            return False
+        raise EmbedderMismatchError(
+            f"tenant {self.tenant!r} was indexed with {stored.embedder_model_id} "
+            f"({stored.dimension}-d) but the configured embedder is "
+            f"{self.manifest.embedder_model_id} ({self.manifest.dimension}-d): configure "
+            f"{stored.embedder_model_id} again (index.embedder or index.embedders), or run "
+            f"`grounded reindex --tenant {self.tenant}` to re-embed with the new model",
+            param="index.embedder.model",
+        )
 
     def _write_manifest(self, manifest: Manifest) -> None:
         with self._transaction() as db:
@@ -208,6 +216,8 @@ class TenantShard:
         generation = self.generation()
         if self._vectors is not None and self._vectors_generation == generation:
             return
+        if self._vectors is not None:  # another writer committed: a reindex may have moved it
+            self.manifest = _stored_manifest(self._conn) or self.manifest
         count = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         path = self._vector_path(generation)
         reason = "missing"
@@ -407,15 +417,15 @@ class TenantShard:
             raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
         return found[0]
 
-    def iter_documents(self) -> Iterator[tuple[str, Document]]:
-        """Stored documents with their validated text and structure (for reindexing)."""
+    def iter_documents(self) -> Iterator[tuple[str, int, Document]]:
+        """Stored documents (id, version, validated text and structure), for reindexing."""
         rows = self._conn.execute(
-            "SELECT doc_id, file_name, media_type, text, blocks, page_count FROM documents"
-            " ORDER BY doc_id"
+            "SELECT doc_id, version, file_name, media_type, text, blocks, page_count"
+            " FROM documents ORDER BY doc_id"
         ).fetchall()
-        for doc_id, file_name, media_type, text, blocks, page_count in rows:
+        for doc_id, version, file_name, media_type, text, blocks, page_count in rows:
             parsed = tuple(Block(s, e, k, tuple(h), p) for s, e, k, h, p in json.loads(blocks))
-            yield doc_id, Document(file_name, media_type, text, parsed, page_count)
+            yield doc_id, version, Document(file_name, media_type, text, parsed, page_count)
 
     def matching_doc_ids(
         self,
@@ -436,16 +446,24 @@ class TenantShard:
             params += ["$." + json.dumps(key), value]
         return [row[0] for row in self._conn.execute(sql, params)]
 
-    def document_versions(self) -> dict[str, int]:
-        return dict(self._conn.execute("SELECT doc_id, version FROM documents").fetchall())
-
     def search_dense(
-        self, query: np.ndarray, k: int, doc_ids: Collection[str] | None = None
+        self,
+        query: np.ndarray,
+        k: int,
+        doc_ids: Collection[str] | None = None,
+        model_id: str | None = None,
     ) -> list[SearchHit]:
-        """Top-``k`` chunks by cosine similarity; ``doc_ids`` restricts (exactly) to documents."""
-        vector = validate_vectors(query, self.manifest.dimension, "query vector")
+        """Top-``k`` chunks by cosine similarity; ``doc_ids`` restricts (exactly) to documents.
+        ``model_id`` (the query vector's model) must be the shard's: a reindex may have moved
+        it since the caller chose its embedder (EmbedderChangedError: embed again)."""
         with self._lock:
             self._sync_vectors()
+            if model_id is not None and model_id != self.manifest.embedder_model_id:
+                raise EmbedderChangedError(
+                    f"tenant {self.tenant!r} is now indexed with "
+                    f"{self.manifest.embedder_model_id}, not {model_id}; embed the query again"
+                )
+            vector = validate_vectors(query, self.manifest.dimension, "query vector")
             if doc_ids is not None:
                 scored = self._exact_within(vector[0], list(doc_ids), k)
             else:
@@ -540,6 +558,14 @@ _REPLACED_COLUMNS = ", ".join(
         "byte_count", "page_count", "attributes", "updated_at", "flags",
     )
 )  # fmt: skip
+
+
+def _stored_manifest(db: sqlite3.Connection) -> Manifest | None:
+    stored = dict(db.execute("SELECT key, value FROM manifest").fetchall())
+    if "embedder_model_id" not in stored:
+        return None
+    fields = {key: stored[key] for key in Manifest.__dataclass_fields__ if key in stored}
+    return Manifest(**{**fields, "dimension": int(fields["dimension"])})
 
 
 def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:

@@ -24,7 +24,7 @@ from serve.cli.common import (
     err,
     out,
 )
-from serve.query.retrieval import SEARCH_MODES, SearchFilter, retrieve
+from serve.query.retrieval import SEARCH_MODES, SearchFilter, SearchParams, search_tenant
 
 commands = typer.Typer()
 
@@ -105,10 +105,9 @@ def search(
     def work():
         service: IndexService = ctx.obj.index()
         settings = ctx.obj.config.query  # fusion as configured (benchmarks/RESULTS.md)
-        return retrieve(service.shard(tenant), service.embedder, query, k, mode,
-                        fusion=settings.fusion, dense_weight=settings.dense_weight,
-                        pool=settings.candidates, search_filter=search_filter,
-                        score_threshold=min_score)  # fmt: skip
+        params = SearchParams(mode, settings.fusion, settings.dense_weight, settings.candidates,
+                              search_filter, min_score)  # fmt: skip
+        return search_tenant(service, tenant, query, k, params)
 
     hits = _run(work)
     if as_json:
@@ -175,21 +174,33 @@ def delete(
 
 
 @commands.command()
-def reindex(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
-    """Re-chunk and re-embed a tenant's stored text with the configured embedder."""
+def reindex(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            help="An embedder by name: default, or one of index.embedders "
+            "(default: the one index.tenant_embedders gives the tenant)."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-chunk and re-embed a tenant's stored text, moving it to its configured embedder.
+    Readers (a running appliance too) keep searching the old vectors until the new ones
+    replace them in one transaction."""
 
-    def work() -> tuple[int, int]:
+    def work() -> tuple[str, str, int, int]:
         service: IndexService = ctx.obj.index()
-        service.shard(tenant, adopt=True)  # 404 for an unknown tenant
-        chunks = service.pipeline(tenant).reindex()
-        return len(service.shard(tenant).list_documents()), chunks
+        old, new, chunks = service.reindex(tenant, embedder)
+        return old, new, len(service.shard(tenant).list_documents()), chunks
 
-    documents, chunks = _run(work)
-    model = ctx.obj.service.embedder.model_id
+    old, new, documents, chunks = _run(work)
     if as_json:
-        _print_json({"tenant": tenant, "documents": documents, "chunks": chunks, "embedder": model})
+        _print_json({"tenant": tenant, "documents": documents, "chunks": chunks,
+                     "embedder": new, "previous_embedder": old})  # fmt: skip
     else:
-        out.print(f"reindexed {documents} documents into {chunks} chunks with {model}")
+        out.print(f"reindexed {documents} documents into {chunks} chunks with {new} (was {old})")
 
 
 @commands.command()

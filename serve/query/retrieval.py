@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from index.embedding import QueryEmbedder
+from index.errors import EmbedderChangedError
 from index.store.shard import TenantShard
 from index.types import SearchHit
 from serve.query.fusion import reciprocal_rank_fusion, weighted_fusion
@@ -77,7 +78,8 @@ def retrieve(
     dense: list[SearchHit] = []
     lexical: list[SearchHit] = []
     if mode in ("dense", "hybrid"):
-        dense = shard.search_dense(embedder.embed_queries([query]), pool, doc_ids)
+        vector = embedder.embed_queries([query])
+        dense = shard.search_dense(vector, pool, doc_ids, getattr(embedder, "model_id", None))
     if mode in ("lexical", "hybrid"):
         lexical = shard.search_lexical(query, pool, doc_ids)
     if mode == "dense":
@@ -133,14 +135,29 @@ class LocalSearcher:
     async def search(
         self, tenant: str, query: str, k: int, params: SearchParams
     ) -> list[tuple[SearchHit, float]]:
-        return search_shard(self.index.shard(tenant), self.index.embedder, query, k, params)
+        return search_tenant(self.index, tenant, query, k, params)
+
+
+def search_tenant(
+    index: IndexService, tenant: str, query: str, k: int, params: SearchParams
+) -> list[tuple[SearchHit, float]]:
+    """Search a tenant's shard with the embedder that built it, embedding again when a
+    reindex moves the shard to another model between the two."""
+    shard = index.shard(tenant)
+    for _ in range(2):
+        try:
+            return search_shard(shard, index.query_embedder(shard), query, k, params)
+        except EmbedderChangedError:
+            pass  # moved between choosing the embedder and searching: choose again
+    return search_shard(shard, index.query_embedder(shard), query, k, params)
 
 
 class PrecomputedQuery:
-    """A QueryEmbedder that returns a vector computed elsewhere (the embedder deployment)."""
+    """A QueryEmbedder that returns a vector computed elsewhere (the embedder deployment)
+    with ``model_id``, the model it came from."""
 
-    def __init__(self, vector) -> None:
-        self.vector = vector
+    def __init__(self, vector, model_id: str | None = None) -> None:
+        self.vector, self.model_id = vector, model_id
 
     def embed_queries(self, texts):
         import numpy as np

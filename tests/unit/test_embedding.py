@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from index.config import EmbedderConfig
-from index.embedding import SentenceTransformerEmbedder, resolve_model, validate_vectors
+from index.embedding import SentenceTransformerEmbedder, prompts, resolve_model, validate_vectors
 from index.errors import ConfigError, DimensionMismatchError
 from index.testing import HashingEmbedder
 
@@ -25,9 +25,22 @@ def test_vectors_become_contiguous_float32_rows():
 
 
 def test_unknown_model_folder_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"embedder\.model .* neither") as caught:
+    with pytest.raises(ConfigError, match=r"neither .*grounded models fetch") as caught:
         resolve_model(str(tmp_path / "nope"))
-    assert caught.value.param == "embedder.model"
+    assert caught.value.param == "index.embedder.model"
+
+
+@pytest.mark.parametrize(
+    ("configured", "declared", "expected"),
+    [
+        ({}, {}, ("", "")),  # MiniLM: no prompts
+        ({}, {"query": "query: ", "passage": "passage: "}, ("query: ", "passage: ")),  # e5
+        ({}, {"query": "q: ", "document": "d: ", "passage": "p: "}, ("q: ", "d: ")),
+        ({"query_prefix": "Q ", "document_prefix": "D "}, {"query": "query: "}, ("Q ", "D ")),
+    ],
+)
+def test_prompts_come_from_the_config_else_the_model_folder(configured, declared, expected):
+    assert prompts(EmbedderConfig(**configured), declared) == expected
 
 
 def test_constructor_is_cheap_and_loads_nothing():

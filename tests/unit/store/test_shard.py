@@ -31,7 +31,7 @@ def test_search_returns_typed_hits_whose_offsets_slice_the_document(fake_service
     hit = shard.search_lexical("pump rpm", 3)[0]
     assert hit.file_name == "a.md" and hit.heading_path == ("Pumps",)
     assert hit.bm25_score is not None and hit.dense_score is None
-    _, document = next(shard.iter_documents())
+    _, _, document = next(shard.iter_documents())
     assert document.text[hit.start : hit.end] == hit.text
     top = dense(fake_service, "acme", "pump rpm")[0]
     assert top.chunk_id == hit.chunk_id and top.dense_score > 0
@@ -116,8 +116,9 @@ def test_reindex_adopts_the_new_embedder(fake_service):
     ingest(fake_service, "acme", {"a.txt": "alpha words", "b.txt": "beta words"})
     fake_service.close()
     other = reopen(fake_service.tenants.data_dir, HashingEmbedder(32, model_id="fake/other"))
-    other.shard("acme", adopt=True)
-    assert other.pipeline("acme").reindex() == 2
+    with pytest.raises(EmbedderMismatchError, match="reindex"):
+        other.pipeline("acme")  # no ingestion with a model the shard was not built with
+    assert other.reindex("acme") == ("fake/hashing", "fake/other", 2)
     stats = other.shard("acme").stats()
     assert stats.manifest.embedder_model_id == "fake/other" and stats.vectors == 2
     assert dense(other, "acme", "beta")[0].text == "beta words"
