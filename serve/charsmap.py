@@ -71,7 +71,9 @@ def _double_array(values: dict[bytes, int]) -> list[int]:
             units[child] = label
             used.add(child)
             queue.append((prefix + bytes([label]), child))
-    return units
+    # The reader looks at ``base ^ c`` for any byte c before it checks the label: every such
+    # unit must exist, so the array ends on a whole block of 256 (as darts-clone's does).
+    return units + [0] * (-len(units) % 256)
 
 
 def _free_base(slots: list[int], used: set[int], used_bases: set[int], start: int) -> int:

