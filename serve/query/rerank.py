@@ -123,14 +123,21 @@ class OnnxCrossEncoderReranker:
     """A cross-encoder exported to ONNX with its ``tokenizer.json`` (the relevance judge that
     `grounded models fetch ms-marco-minilm-l12` installs), run with onnxruntime: the CUDA
     execution provider where present (onnxruntime-gpu), else the CPU. Scores are the model's
-    logits (higher is more relevant). Pairs are truncated to ``max_tokens`` (passage side
-    first) and batched by length, so short passages are not padded to long ones."""
+    logits (higher is more relevant). Pairs longer than ``max_tokens`` are cut on the passage
+    side: ``window: start`` keeps its beginning, ``window: query`` the window of the passage
+    where the question's words are densest (``query_window``). Pairs are batched by length, so
+    short passages are not padded to long ones."""
 
     def __init__(
-        self, folder: str, device: str = "auto", batch_size: int = 16, max_tokens: int = 256
+        self,
+        folder: str,
+        device: str = "auto",
+        batch_size: int = 16,
+        max_tokens: int = 256,
+        window: Literal["start", "query"] = "start",
     ) -> None:
         self.folder, self.device = Path(folder), device
-        self.batch_size, self.max_tokens = batch_size, max_tokens
+        self.batch_size, self.max_tokens, self.window = batch_size, max_tokens, window
         self._session = None
         self._tokenizer = None
 
@@ -151,8 +158,10 @@ class OnnxCrossEncoderReranker:
             self._check_device(available)
             self._inputs = {i.name for i in self._session.get_inputs()}
             tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
-            tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
             tokenizer.no_padding()  # the shipped tokenizer.json pads every pair to 512
+            tokenizer.no_truncation()
+            self._plain = Tokenizer.from_str(tokenizer.to_str())  # for windows: whole texts
+            tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
             self._tokenizer = tokenizer
         return self
 
@@ -176,6 +185,8 @@ class OnnxCrossEncoderReranker:
         import numpy as np
 
         self.start()
+        if self.window == "query":
+            passages = self._query_windows(query, passages)
         encoded = self._tokenizer.encode_batch([(query, p) for p in passages])
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
         scores = [0.0] * len(encoded)
@@ -195,10 +206,52 @@ class OnnxCrossEncoderReranker:
                 scores[i] = float(logits[row][0])
         return scores
 
+    def _query_windows(self, query: str, passages: Sequence[str]) -> list[str]:
+        """Each passage that would be cut, cut instead to the window ``query_window`` picks."""
+        question = self._plain.encode(query, add_special_tokens=False).ids
+        room = self.max_tokens - len(question) - 3  # [CLS] q [SEP] p [SEP]
+        encoded = self._plain.encode_batch(list(passages), add_special_tokens=False)
+        weights = query_weights(question, [e.ids for e in encoded])
+        windows = []
+        for passage, e in zip(passages, encoded, strict=True):
+            if room <= 0 or len(e.ids) <= room:
+                windows.append(passage)
+                continue
+            start = query_window(e.ids, weights, room)
+            windows.append(passage[e.offsets[start][0] : e.offsets[start + room - 1][1]])
+        return windows
+
     async def scores(
         self, query: str, passages: Sequence[str], cache_salt: str = ""
     ) -> list[float]:
         return await asyncio.to_thread(self._predict, query, passages)
+
+
+def query_weights(question: Sequence[int], passages: Sequence[Sequence[int]]) -> dict[int, float]:
+    """Weight of each question token: rarer among the candidate passages is more telling
+    (BM25's inverse document frequency over the candidates: "the" or "de", found in all 20,
+    weigh almost nothing; a word found in one weighs most; never zero or negative)."""
+    n, found = len(passages), [set(p) for p in passages]
+    df = {t: sum(t in f for f in found) for t in set(question)}
+    return {t: math.log((n - d + 0.5) / (d + 0.5) + 1) for t, d in df.items()}
+
+
+def query_window(tokens: Sequence[int], weights: dict[int, float], size: int) -> int:
+    """The start of the ``size``-token window of ``tokens`` with the most question weight,
+    moved so that its question tokens sit in its middle (context on both sides); 0 when no
+    question token occurs."""
+    gains = [weights.get(t, 0.0) for t in tokens]
+    best = current = sum(gains[:size])
+    start = 0
+    for at in range(1, len(tokens) - size + 1):
+        current += gains[at + size - 1] - gains[at - 1]
+        if current > best + 1e-9:
+            best, start = current, at
+    found = [i for i in range(start, min(start + size, len(tokens))) if gains[i] > 0]
+    if not found:
+        return 0
+    middle = (found[0] + found[-1]) // 2
+    return max(0, min(middle - size // 2, len(tokens) - size))
 
 
 def cross_encoder(

@@ -57,3 +57,16 @@ def test_a_judge_configured_on_cuda_without_cuda_is_refused_with_the_fix():
     folder = fetch("ms-marco-minilm-l12", REPO / "data")
     with pytest.raises(ConfigError, match="device is cuda but onnxruntime cannot use CUDA"):
         cross_encoder(str(folder), device="cuda").start()
+
+
+def test_a_query_window_reads_the_answer_that_a_cut_at_the_start_loses():
+    folder = str(fetch("ms-marco-minilm-l12", REPO / "data"))
+    filler = " ".join(["Visitors must sign in at reception and wear a badge."] * 15)
+    passage = f"{filler} {ANSWER} {filler}"  # about 340 tokens: the answer in the middle
+    start = OnnxCrossEncoderReranker(folder, "cpu", max_tokens=128, window="start").start()
+    query = OnnxCrossEncoderReranker(folder, "cpu", max_tokens=128, window="query").start()
+    [cut], [windowed] = (asyncio.run(j.scores(QUESTION, [passage])) for j in (start, query))
+    assert cut < 0 < 5 < windowed, (cut, windowed)
+    # A passage that fits is read whole either way: the same score.
+    short = asyncio.run(query.scores(QUESTION, [ANSWER, *OTHERS]))
+    assert short == pytest.approx(asyncio.run(start.scores(QUESTION, [ANSWER, *OTHERS])))
