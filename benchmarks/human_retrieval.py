@@ -5,6 +5,7 @@ the candidates. A fusion weight is chosen on the dev half and every figure is al
 the held-out (test) half.
 
     .venv/bin/python benchmarks/human_retrieval.py [--languages en,fr] [--max-tokens 128,256]
+        [--windows start,query] [--judge-only --judge-on "hybrid weighted 0.4"]
 
 Builds (once) a tenant per language from the Wikipedia sample (as retrieval_quality.py).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import platform
 import statistics
@@ -96,6 +98,14 @@ async def main() -> None:
     parser.add_argument("--languages", default="en,fr")
     parser.add_argument("--max-tokens", default="128,256", help="judge truncation(s)")
     parser.add_argument("--candidates", type=int, default=20, help="candidates the judge reads")
+    parser.add_argument("--windows", default="start",
+                        help="what the judge reads of a pair longer than --max-tokens: start "
+                        "and/or query (serve/query/rerank.py)")  # fmt: skip
+    parser.add_argument(
+        "--judge-only",
+        action="store_true",
+        help="only the --judge-on variants (named, not 'best'), with the judge",
+    )
     parser.add_argument("--full", action="store_true",
                         help="search every summary of the language (about 10,000 in English), "
                         "not the 2,000-article sample: the answering article among more "
@@ -127,25 +137,31 @@ async def main() -> None:
         variants = {"dense": QueryConfig(mode="dense"), "lexical": QueryConfig(mode="lexical"),
                     "hybrid rrf": QueryConfig(fusion="rrf")}  # fmt: skip
         variants |= {f"hybrid weighted {w}": QueryConfig(dense_weight=w) for w in WEIGHTS}
-        dev_mrr = {}
+        dev_mrr, best = {}, None
         for name, variant in variants.items():
+            if args.judge_only:
+                break
             dev, test = [await measure(service, tenant, variant, halves[h]) for h in halves]
             dev_mrr[name] = dev["mrr@10"]
             print(f"| {name} | {cells(dev)} | {cells(test)} |", flush=True)
-        best = max((n for n in variants if n.startswith("hybrid weighted")), key=dev_mrr.get)
-        print(f"\nbest fusion on dev: {best}\n")
-        for base in [best if b == "best" else b for b in args.judge_on.split(",")]:
-            for max_tokens in map(int, args.max_tokens.split(",")):
-                judge = TimedReranker(OnnxCrossEncoderReranker(str(judge_folder), "cpu", 32,
-                                                               max_tokens).start())  # fmt: skip
-                rerank = RerankConfig(backend="cross-encoder", model=str(judge_folder),
-                                      candidates=args.candidates)  # fmt: skip
-                variant = variants[base].model_copy(update={"rerank": rerank})
-                dev, test = [await measure(service, tenant, variant, halves[h], judge)
-                             for h in halves]  # fmt: skip
-                p50 = statistics.median(judge.seconds)
-                print(f"| {base} + judge ({args.candidates} candidates, {max_tokens} tokens; "
-                      f"p50 {p50:.2f} s) | {cells(dev)} | {cells(test)} |", flush=True)  # fmt: skip
+        if dev_mrr:
+            best = max((n for n in variants if n.startswith("hybrid weighted")), key=dev_mrr.get)
+            print(f"\nbest fusion on dev: {best}\n")
+        judged = [best if b == "best" else b for b in args.judge_on.split(",")]
+        for base, max_tokens, window in itertools.product(
+            judged, map(int, args.max_tokens.split(",")), args.windows.split(",")
+        ):
+            judge = TimedReranker(OnnxCrossEncoderReranker(
+                str(judge_folder), "cpu", 32, max_tokens, window).start())  # fmt: skip
+            rerank = RerankConfig(backend="cross-encoder", model=str(judge_folder),
+                                  candidates=args.candidates)  # fmt: skip
+            variant = variants[base].model_copy(update={"rerank": rerank})
+            dev, test = [await measure(service, tenant, variant, halves[h], judge)
+                         for h in halves]  # fmt: skip
+            p50 = statistics.median(judge.seconds)
+            print(f"| {base} + judge ({args.candidates} candidates, {max_tokens} tokens, "
+                  f"window {window}; p50 {p50:.2f} s) | {cells(dev)} | {cells(test)} |",
+                  flush=True)  # fmt: skip
     service.close()
 
 

@@ -48,6 +48,14 @@ class EmbedderConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "float16"] = "auto"
     batch_size: int = Field(64, gt=0)
+    dense_weight: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Weighted hybrid search's dense weight for tenants on this embedder; None: "
+        "query.dense_weight. The best weight follows the embedder's quality "
+        "(benchmarks/RESULTS.md).",
+    )
     query_prefix: str = Field(
         "",
         description="Prepended to questions; empty: the model "

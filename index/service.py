@@ -142,6 +142,11 @@ class IndexService:
         """The embedder a shard's questions are embedded with: the one that built it."""
         return self.embedders.for_model(shard.manifest.embedder_model_id, shard.tenant)[0]
 
+    def dense_weight(self, shard: TenantShard) -> float | None:
+        """The hybrid dense weight configured for the shard's embedder (None: the query's)."""
+        name = self.embedders.name_of(shard.manifest.embedder_model_id)
+        return name and self.config.embedder_configs()[name].dense_weight
+
     def pipeline(self, tenant: str, *, adopt: bool = False) -> IngestPipeline:
         """Ingestion into the tenant's shard, with the embedder that built it."""
         shard = self.shard(tenant, create=True, adopt=adopt)

@@ -61,7 +61,7 @@ from serve.keys import KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
 from serve.query.pipeline import QueryPipeline
-from serve.query.retrieval import PrecomputedQuery, SearchParams, search_shard
+from serve.query.retrieval import PrecomputedQuery, SearchParams, for_embedder, search_shard
 from serve.query_cache import QueryEmbeddingCache
 from serve.resources import deployment_options, engine_kwargs
 from serve.routes import chat, embeddings, files, responses, vector_stores
@@ -232,6 +232,7 @@ class Shards:
         """(the shard's model id, hits); no hits when ``vector`` came from another model (a
         reindex moved the shard meanwhile): the caller embeds again with the one named."""
         shard = await self._shard()
+        params = for_embedder(params, self.service.dense_weight(shard))
         try:
             hits = await asyncio.to_thread(
                 search_shard, shard, PrecomputedQuery(vector, model_id), query, k, params
@@ -403,11 +404,9 @@ class Reranker:
     """The cross-encoder reranker (query.rerank.backend: cross-encoder); CUDA when present."""
 
     def __init__(self, config: AppConfig) -> None:
-        from serve.query.rerank import cross_encoder
+        from serve.query.rerank import judge
 
-        rerank = config.query.rerank
-        self.reranker = cross_encoder(rerank.model, rerank.device, rerank.batch_size)
-        self.reranker.start()
+        self.reranker = judge(config.query.rerank).start()
 
     async def scores(self, query: str, passages: list[str], cache_salt: str = "") -> list[float]:
         return await self.reranker.scores(query, passages, cache_salt)

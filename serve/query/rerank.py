@@ -39,6 +39,14 @@ class RerankConfig(BaseModel):
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     batch_size: int = Field(16, gt=0)
+    max_tokens: int = Field(
+        256, ge=32, le=512, description="ONNX judge: longest (question, passage) pair it reads."
+    )
+    window: Literal["start", "query"] = Field(
+        "start",
+        description="ONNX judge, for a pair longer than max_tokens: read the passage's start, "
+        "or the window where the question's words are densest.",
+    )
     candidates: int = Field(20, gt=0, description="Gated candidates given to the reranker.")
     top_n: int | None = Field(None, gt=0, description="Results kept (default: query.top_k).")
     min_score: float | dict[str, float] | None = Field(
@@ -255,14 +263,18 @@ def query_window(tokens: Sequence[int], weights: dict[int, float], size: int) ->
 
 
 def cross_encoder(
-    model: str, device: str = "auto", batch_size: int = 16
+    model: str,
+    device: str = "auto",
+    batch_size: int = 16,
+    max_tokens: int = 256,
+    window: Literal["start", "query"] = "start",
 ) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
     """The cross-encoder in a local folder: ONNX (model.onnx + tokenizer.json, such as the
     fetched judge) or a sentence-transformers CrossEncoder folder (config.json, such as
     bge-reranker-v2-m3)."""
     folder = Path(model)
     if (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file():
-        return OnnxCrossEncoderReranker(model, device, batch_size)
+        return OnnxCrossEncoderReranker(model, device, batch_size, max_tokens, window)
     if (folder / "config.json").is_file():
         return CrossEncoderReranker(model, device, batch_size)
     raise ConfigError(
@@ -340,4 +352,10 @@ def build_reranker(config: RerankConfig, generator: Generator) -> Reranker | Non
             "give the path of a local cross-encoder model folder",
             param="query.rerank.model",
         )
-    return cross_encoder(config.model, config.device, config.batch_size)
+    return judge(config)
+
+
+def judge(config: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
+    """The cross-encoder ``config`` describes (not started)."""
+    return cross_encoder(config.model, config.device, config.batch_size, config.max_tokens,
+                         config.window)  # fmt: skip

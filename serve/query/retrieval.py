@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from index.embedding import QueryEmbedder
@@ -144,12 +144,22 @@ def search_tenant(
     """Search a tenant's shard with the embedder that built it, embedding again when a
     reindex moves the shard to another model between the two."""
     shard = index.shard(tenant)
+
+    def once() -> list[tuple[SearchHit, float]]:
+        tuned = for_embedder(params, index.dense_weight(shard))
+        return search_shard(shard, index.query_embedder(shard), query, k, tuned)
+
     for _ in range(2):
         try:
-            return search_shard(shard, index.query_embedder(shard), query, k, params)
+            return once()
         except EmbedderChangedError:
             pass  # moved between choosing the embedder and searching: choose again
-    return search_shard(shard, index.query_embedder(shard), query, k, params)
+    return once()
+
+
+def for_embedder(params: SearchParams, dense_weight: float | None) -> SearchParams:
+    """``params`` with the dense weight configured for the shard's embedder, if any."""
+    return params if dense_weight is None else replace(params, dense_weight=dense_weight)
 
 
 class PrecomputedQuery:

@@ -22,7 +22,7 @@ EN, FR = HashingEmbedder(64, "fake/english"), HashingEmbedder(48, "fake/multilin
 
 def service(data_dir: Path, tenants: dict[str, str] | None = None, **given) -> IndexService:
     config = IndexConfig(
-        embedders={"multilingual": EmbedderConfig(model="unused-here")},
+        embedders={"multilingual": EmbedderConfig(model="unused-here", dense_weight=0.0)},
         tenant_embedders=tenants or {},
     )
     embedders = Embedders(config, given={"default": EN, "multilingual": FR, **given})
@@ -137,3 +137,22 @@ def test_an_embedder_not_installed_is_only_an_error_where_it_is_used(tmp_path):
     ingest(index, "acme-en", {"a.txt": "pump oil"})  # the English tenant is unaffected
     with pytest.raises(Exception, match="grounded models fetch"):
         index.pipeline("acme-fr")
+
+
+def test_the_embedders_own_fusion_weight_applies_to_its_tenants(tmp_path):
+    index = service(tmp_path, {"acme-fr": "multilingual"})  # multilingual: dense_weight 0.0
+    files = {"a.txt": "joint joint", "b.txt": "vidange rare",
+             "c.txt": "joint vidange pompe huile filtre moteur"}  # fmt: skip
+    ingest(index, "acme-en", files)
+    ingest(index, "acme-fr", files)
+    assert index.dense_weight(index.shard("acme-fr")) == 0.0
+    assert index.dense_weight(index.shard("acme-en")) is None  # query.dense_weight applies
+
+    def order(tenant: str, params: SearchParams) -> list[str]:
+        return [h.file_name for h, _ in search_tenant(index, tenant, "joint vidange", 3, params)]
+
+    hybrid = SearchParams(mode="hybrid", fusion="weighted", dense_weight=1.0)
+    dense, lexical = SearchParams("dense"), SearchParams("lexical")
+    assert order("acme-en", dense) != order("acme-en", lexical)  # the weight decides
+    assert order("acme-en", hybrid) == order("acme-en", dense)  # the query's weight, 1.0
+    assert order("acme-fr", hybrid) == order("acme-fr", lexical)  # the embedder's, 0.0
