@@ -78,8 +78,11 @@ def deployment_options(config: AppConfig, name: str, **extra: Any) -> dict[str, 
 def gpu_requests(config: AppConfig) -> list[str]:
     """What is incoherent in the config's GPU requests, one sentence each (empty: nothing)."""
     serve, problems = config.serve, []
+    on_cuda = [n for n, e in config.index.embedder_configs().items() if e.device == "cuda"]
+    embedder_field = "index.embedder.device" if "default" in on_cuda else (
+        f"index.embedders.{on_cuda[0]}.device" if on_cuda else "")  # fmt: skip
     uses_cuda = {
-        "embedder": (config.index.embedder.device == "cuda", "index.embedder.device"),
+        "embedder": (bool(on_cuda), embedder_field),
         "shards": (config.index.vectors.device == "cuda", "index.vectors.device"),
         "reranker": (
             config.query.rerank.backend == "cross-encoder" and config.query.rerank.device == "cuda",

@@ -106,3 +106,12 @@ def test_check_config_checks_the_packing_for_a_given_gpu_count(tmp_path):
     refused = runner.invoke(app, ["check-config", str(crowded), "--gpus", "2"])
     assert refused.exit_code != 0
     assert "need 3 GPUs" in refused.output
+
+
+def test_an_extra_embedder_on_cuda_also_needs_the_embedders_gpu_request():
+    cpu_default = {"model": "all-MiniLM-L6-v2", "device": "cpu"}
+    serve = {"deployments": deployments(embedder={"num_gpus": 0})}
+    with pytest.raises(ConfigError, match=r"index\.embedders\.multilingual\.device is cuda but"):
+        gpu_config(index={"embedder": cpu_default}, serve=serve)
+    on_cpu = {"multilingual": {"model": "multilingual-e5-small", "device": "cpu"}}
+    assert gpu_config(index={"embedder": cpu_default, "embedders": on_cpu}, serve=serve)
