@@ -12,7 +12,7 @@ from index.config import DEFAULT_EMBEDDER, EmbedderConfig, IndexConfig
 from index.embedding import SentenceTransformerEmbedder, resolve_model
 from index.errors import ConfigError, DocumentNotFoundError, EmbedderMismatchError
 from index.pipeline import IngestPipeline
-from index.store.shard import Manifest, TenantShard
+from index.store.shard import Manifest, TenantShard, read_manifest
 from index.store.tenants import TenantDirectory
 
 
@@ -126,10 +126,12 @@ class IndexService:
                 f"tenant {tenant!r} has no documents yet; "
                 f"ingest some with `grounded ingest --tenant {tenant} PATH`"
             )
-        name = self.config.embedder_name(tenant)
-        shard = TenantShard(self.tenants.path_for(tenant), tenant, self.embedders.manifest(name),
-                            self.config.vectors)  # fmt: skip
-        return shard.start(accept=self.embedders.model_ids(), adopt_manifest=adopt)
+        path, accept = self.tenants.path_for(tenant), self.embedders.model_ids()
+        manifest = read_manifest(path)
+        if manifest is None or manifest.embedder_model_id not in accept:  # new, or refused
+            manifest = self.embedders.manifest(self.config.embedder_name(tenant))
+        shard = TenantShard(path, tenant, manifest, self.config.vectors)
+        return shard.start(accept=accept, adopt_manifest=adopt)
 
     def shard(self, tenant: str, *, create: bool = False, adopt: bool = False) -> TenantShard:
         """The tenant's shard, kept open. Without ``create``, an unknown tenant is a 404."""

@@ -9,6 +9,7 @@ is acknowledged only once its transaction commits, so a crash loses no acknowled
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -558,6 +559,18 @@ _REPLACED_COLUMNS = ", ".join(
         "byte_count", "page_count", "attributes", "updated_at", "flags",
     )
 )  # fmt: skip
+
+
+def read_manifest(directory: Path) -> Manifest | None:
+    """The manifest of the shard in ``directory`` (read-only), None when there is none yet."""
+    path = directory / DB_NAME
+    if not path.is_file():
+        return None
+    with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+        try:
+            return _stored_manifest(db)
+        except sqlite3.OperationalError:  # created but its tables not yet written
+            return None
 
 
 def _stored_manifest(db: sqlite3.Connection) -> Manifest | None:

@@ -130,6 +130,16 @@ def test_embedder_names_are_checked():
     assert (config.embedder_name("a"), config.embedder_name("b")) == ("m", "default")
 
 
+def test_a_tenant_moved_to_an_embedder_not_installed_is_served_as_built(tmp_path):
+    ingest(service(tmp_path), "acme", {"a.txt": "pump oil", "b.txt": "valve seal"})
+    config = IndexConfig(embedders={"multilingual": EmbedderConfig(model=str(tmp_path / "no"))},
+                         tenant_embedders={"acme": "multilingual"})  # fmt: skip
+    index = IndexService(config, tmp_path, embedder=EN).start()
+    assert top(index, "acme", "valve") == "b.txt"  # the missing model is not needed for this
+    with pytest.raises(Exception, match="grounded models fetch"):
+        index.reindex("acme")  # only the move needs it
+
+
 def test_an_embedder_not_installed_is_only_an_error_where_it_is_used(tmp_path):
     config = IndexConfig(embedders={"multilingual": EmbedderConfig(model=str(tmp_path / "no"))},
                          tenant_embedders={"acme-fr": "multilingual"})  # fmt: skip
