@@ -127,12 +127,19 @@ def models_in_use(config) -> dict[str, str | None]:
     as `grounded models fetch` knows it)."""
     from serve.models import models_dir
 
+    def named(model: str) -> str:  # a fetched model by the name `models fetch` knows
+        return Path(model).name if Path(model).parent == models_dir(config.data_dir) else model
+
     rerank = config.query.rerank
     judge = rerank.model if rerank.backend == "cross-encoder" else rerank.backend
-    if judge and Path(judge).parent == models_dir(config.data_dir):
-        judge = Path(judge).name
-    return {"generator": config.generator.model, "embedder": config.index.embedder.model,
-            "reranker": None if judge == "none" else judge}  # fmt: skip
+    embedders = {f"embedder {name}": named(e.model)
+                 for name, e in config.index.embedders.items()}  # fmt: skip
+    return {
+        "generator": config.generator.model,
+        "embedder": named(config.index.embedder.model),
+        "reranker": None if judge in (None, "none") else named(judge),
+        **embedders,
+    }
 
 
 # -- backup -------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from serve.backup import MANIFEST, BackupError, backup, restore
 from serve.budgets import BudgetsConfig, Ledger
 from serve.cli import app
 from serve.keys import KeyStore
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
 
@@ -429,3 +430,14 @@ def test_the_cli_backs_up_restores_and_refuses_with_one_line_errors(fake_service
     forced = runner.invoke(app, ["--data-dir", str(fresh), "restore", str(dest), "--force"])
     assert forced.exit_code == 0, forced.output
     assert "the previous state is kept in" in forced.stderr
+
+
+def test_the_backup_names_every_embedder_the_config_uses(tmp_path):
+    from serve.backup import models_in_use
+    from serve.config import load_config
+
+    config = load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path)
+    models = models_in_use(config)
+    assert models["embedder"] == "all-MiniLM-L6-v2"
+    assert models["embedder multilingual"] == "multilingual-e5-small"  # as `models fetch` knows it
+    assert models["reranker"] == "ms-marco-minilm-l12"
