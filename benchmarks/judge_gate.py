@@ -5,6 +5,7 @@ questions turned away while at most --max-false of the answerable ones are) and 
 the held-out (test) half, per language.
 
     .venv/bin/python benchmarks/judge_gate.py [--languages en,fr] [--max-false 0.10]
+        [--embedder e5]   # the tenants embedder_retrieval.py builds with multilingual-e5-small
 
 Uses the tenants that human_retrieval.py / retrieval_quality.py build (benchmarks/.cache/eval).
 """
@@ -70,9 +71,25 @@ async def main() -> None:
         "--thresholds", default=None,
         help="also report fixed judge thresholds chosen elsewhere, e.g. en=3.874,fr=2.645",
     )  # fmt: skip
+    parser.add_argument(
+        "--embedder",
+        choices=("minilm", "e5"),
+        default="minilm",
+        help="e5: the wiki-<lang>-e5 tenants of embedder_retrieval.py",
+    )
     args = parser.parse_args()
     fixed = dict(item.split("=") for item in args.thresholds.split(",")) if args.thresholds else {}
     config = load_config(Path(args.config), data_dir=CACHE / "data")
+    suffix = "" if args.embedder == "minilm" else f"-{args.embedder}"
+    if suffix:  # the e5 tenants, on the configs' multilingual embedder
+        tenants = {f"wiki-{lang}{suffix}": "multilingual" for lang in args.languages.split(",")}
+        e5 = config.index.embedders["multilingual"].model_copy(
+            update={"model": str(fetch("multilingual-e5-small", ROOT / "data"))}
+        )
+        index = config.index.model_copy(
+            update={"embedders": {"multilingual": e5}, "tenant_embedders": tenants}
+        )
+        config = config.model_copy(update={"index": index})
     service = IndexService(config.index, config.data_dir).start()
     judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
                                      32, args.max_tokens).start()  # fmt: skip
@@ -83,7 +100,8 @@ async def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for language in args.languages.split(","):
-        build_tenant(service, language)
+        if not suffix:
+            build_tenant(service, language)
         path = HERE / f"{args.set}-{language}.jsonl"
         kinds = {item["id"]: item["kind"]
                  for item in map(json.loads, path.read_text().splitlines())}  # fmt: skip
@@ -94,7 +112,7 @@ async def main() -> None:
         seconds = []
         for q in questions:
             options = QueryOptions(top_k=args.candidates, gate=False)
-            hits = await pipeline.retrieve(f"wiki-{language}", q.question, options)
+            hits = await pipeline.retrieve(f"wiki-{language}{suffix}", q.question, options)
             started = time.perf_counter()
             judged = await judge.scores(q.question, [h.text for h in hits]) if hits else []
             seconds.append(time.perf_counter() - started)
