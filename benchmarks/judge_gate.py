@@ -32,7 +32,7 @@ from serve.config import load_config  # noqa: E402
 from serve.eval.run import load_questions  # noqa: E402
 from serve.models import fetch  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker  # noqa: E402
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
 
@@ -93,7 +93,9 @@ async def main() -> None:
     service = IndexService(config.index, config.data_dir).start()
     judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
                                      32, args.max_tokens).start()  # fmt: skip
-    pipeline = QueryPipeline(LocalSearcher(service), None, config.query)
+    # The candidates as retrieved (the judge scores them all below, so their order is moot).
+    query = config.query.model_copy(update={"rerank": RerankConfig()})
+    pipeline = QueryPipeline(LocalSearcher(service), None, query)
     print(
         "| language | signal | threshold (dev) | dev: unanswerable turned away | dev: answerable "
         "turned away | test: unanswerable turned away | test: answerable turned away |"
