@@ -151,9 +151,12 @@ class IndexService:
 
     def pipeline(self, tenant: str, *, adopt: bool = False) -> IngestPipeline:
         """Ingestion into the tenant's shard, with the embedder that built it."""
-        shard = self.shard(tenant, create=True, adopt=adopt)
-        embedder, chunker = self.embedders.for_model(shard.manifest.embedder_model_id, tenant)
-        return self._pipeline(shard, embedder, chunker)
+        return self.pipeline_for(self.shard(tenant, create=True, adopt=adopt))
+
+    def pipeline_for(self, shard: TenantShard) -> IngestPipeline:
+        """Ingestion into an open shard (the appliance keeps its own), with its embedder."""
+        model = shard.manifest.embedder_model_id
+        return self._pipeline(shard, *self.embedders.for_model(model, shard.tenant))
 
     def reindex(self, tenant: str, name: str | None = None) -> tuple[str, str, int]:
         """Move a tenant to embedder ``name`` (default: the one configured for it), re-embedding

@@ -275,18 +275,12 @@ class Shards:
         return task
 
     def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
-        from index.pipeline import IngestPipeline
-
         uploads = Uploads(shard)
         pending = uploads.bytes_of(doc_id, pending=True)
         if pending is None:  # deleted before its turn
             return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
         file_name, data = pending
-        embedder, chunker = self.service.embedders.for_model(
-            shard.manifest.embedder_model_id, tenant
-        )
-        pipeline = IngestPipeline(shard, embedder, chunker, self.service.config.limits,
-                                  batch_chunks=self.service.config.ingest_batch_chunks)  # fmt: skip
+        pipeline = self.service.pipeline_for(shard)
         source = SourceFile.from_bytes(
             data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
         )
