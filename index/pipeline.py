@@ -191,7 +191,7 @@ class IngestPipeline:
             count = len(item.chunks)
             embedded.append(replace(item, vectors=vectors[offset : offset + count]))
             offset += count
-        statuses = self.shard.write_documents(embedded)
+        statuses = self.shard.write_documents(embedded, self.embedder.model_id)
         return [
             IngestResult(
                 p.source,
@@ -211,13 +211,15 @@ class IngestPipeline:
         vectors while the new ones are computed; they replace them in one transaction, which
         also re-embeds whatever was written in the meantime."""
         manifest = Manifest(self.embedder.model_id, self.embedder.dimension, self.chunker.version)
-        done = {doc_id: (version, *self._rechunk(doc_id, version, document))
+        # Keyed by (version, text): a document deleted and uploaded again restarts at version 1.
+        done = {doc_id: ((version, document.text), *self._rechunk(doc_id, version, document))
                 for doc_id, version, document in self.shard.iter_documents()}  # fmt: skip
         written = 0
         with self.shard.rewrite(manifest) as writer:
             for doc_id, version, document in self.shard.iter_documents():
-                if done.get(doc_id, (None,))[0] != version:  # written since the first pass
-                    done[doc_id] = (version, *self._rechunk(doc_id, version, document))
+                if done.get(doc_id, (None,))[0] != (version, document.text):  # written since
+                    done[doc_id] = ((version, document.text),
+                                    *self._rechunk(doc_id, version, document))  # fmt: skip
                 _, chunks, vectors = done[doc_id]
                 writer.write(doc_id, document.file_name, chunks, vectors)
                 written += len(chunks)

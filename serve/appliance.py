@@ -285,7 +285,10 @@ class Shards:
             data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
         )
         try:
-            [result] = list(pipeline.ingest([source]))
+            try:
+                [result] = list(pipeline.ingest([source]))
+            except EmbedderChangedError:  # a reindex moved the shard meanwhile: its new model
+                [result] = list(self.service.pipeline_for(shard).ingest([source]))
         except Exception as exc:  # kept with the reason; the caller sees the failure too
             uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again")
             raise

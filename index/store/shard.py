@@ -274,17 +274,19 @@ class TenantShard:
         return (row[0], row[1]) if row else None
 
     def write_documents(
-        self, prepared: Sequence[PreparedDocument]
+        self, prepared: Sequence[PreparedDocument], model_id: str | None = None
     ) -> list[Literal["added", "replaced"]]:
-        """Insert or replace documents and their chunks in one transaction."""
+        """Insert or replace documents and their chunks in one transaction. ``model_id`` (the
+        vectors' model) must be the shard's once it is in step with the database: a reindex
+        may have moved it since the caller embedded (EmbedderChangedError: embed again)."""
         if not prepared:
             return []
-        vectors = [
-            validate_vectors(item.vectors, self.manifest.dimension, f"vectors of {item.source}")
-            for item in prepared
-        ]
         with self._lock:
             self._sync_vectors()
+            self._check_model(model_id)
+            dimension = self.manifest.dimension
+            vectors = [validate_vectors(i.vectors, dimension, f"vectors of {i.source}")
+                       for i in prepared]  # fmt: skip
             removed: list[int] = []
             added: list[int] = []
             statuses: list[Literal["added", "replaced"]] = []
@@ -459,11 +461,7 @@ class TenantShard:
         it since the caller chose its embedder (EmbedderChangedError: embed again)."""
         with self._lock:
             self._sync_vectors()
-            if model_id is not None and model_id != self.manifest.embedder_model_id:
-                raise EmbedderChangedError(
-                    f"tenant {self.tenant!r} is now indexed with "
-                    f"{self.manifest.embedder_model_id}, not {model_id}; embed the query again"
-                )
+            self._check_model(model_id)
             vector = validate_vectors(query, self.manifest.dimension, "query vector")
             if doc_ids is not None:
                 scored = self._exact_within(vector[0], list(doc_ids), k)
@@ -474,6 +472,13 @@ class TenantShard:
             hits = self._hits([i for i, _ in scored])
         # Ids whose rows are gone (tombstones) are simply not returned.
         return [_replace_score(hits[i], dense=s) for i, s in scored if i in hits]
+
+    def _check_model(self, model_id: str | None) -> None:
+        if model_id is not None and model_id != self.manifest.embedder_model_id:
+            raise EmbedderChangedError(
+                f"tenant {self.tenant!r} is now indexed with {self.manifest.embedder_model_id}, "
+                f"not {model_id} (a reindex moved it); embed again with it and retry"
+            )
 
     def _exact_within(self, vector: np.ndarray, doc_ids: list[str], k: int):
         if not doc_ids:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from index.config import EmbedderConfig, IndexConfig
-from index.errors import EmbedderMismatchError
+from index.errors import EmbedderChangedError, EmbedderMismatchError
 from index.pipeline import SourceFile
 from index.service import Embedders, IndexService
 from index.testing import HashingEmbedder
@@ -166,3 +166,33 @@ def test_the_embedders_own_fusion_weight_applies_to_its_tenants(tmp_path):
     assert order("acme-en", dense) != order("acme-en", lexical)  # the weight decides
     assert order("acme-en", hybrid) == order("acme-en", dense)  # the query's weight, 1.0
     assert order("acme-fr", hybrid) == order("acme-fr", lexical)  # the embedder's, 0.0
+
+
+def test_a_writer_that_embedded_with_the_old_model_is_refused_after_a_reindex(tmp_path):
+    ingest(service(tmp_path), "acme", {"a.txt": "pump oil"})
+    writer = service(tmp_path)  # e.g. a `grounded ingest` or the appliance, open before the move
+    pipeline = writer.pipeline("acme")  # embeds with the old model
+    service(tmp_path, {"acme": "multilingual"}).reindex("acme")
+    with pytest.raises(EmbedderChangedError, match="now indexed with fake/multilingual"):
+        list(pipeline.ingest([SourceFile.from_bytes(b"valve seal", "b.txt")]))
+    assert writer.shard("acme").stats().documents == 1  # nothing written with the old model
+    ingest(writer, "acme", {"b.txt": "valve seal"})  # a new pipeline takes the new model
+    assert top(writer, "acme", "valve") == "b.txt"
+
+
+def test_a_document_deleted_and_uploaded_again_during_a_reindex_keeps_its_new_text(tmp_path):
+    ingest(service(tmp_path), "acme", {f"{i}.txt": f"topic{i} words" for i in range(20)})
+    started = threading.Event()
+    slow = SlowEmbedder(48, "fake/multilingual", started=started)
+    index = service(tmp_path, {"acme": "multilingual"}, multilingual=slow)
+    worker = threading.Thread(target=index.reindex, args=("acme",))
+    worker.start()
+    assert started.wait(10)
+    doc_id = index.shard("acme").list_documents()[0].doc_id
+    name = index.shard("acme").get_document(doc_id).file_name
+    index.shard("acme").delete_document(doc_id)
+    ingest(index, "acme", {name: "gearbox replaced entirely"})  # the same id, version 1 again
+    worker.join()
+    [chunk] = [h for h, _ in search_tenant(index, "acme", "gearbox", 5, SearchParams("lexical"))]
+    assert chunk.doc_id == doc_id and chunk.text == "gearbox replaced entirely"
+    assert not search_tenant(index, "acme", f"topic{name[:-4]}", 5, SearchParams("lexical"))
