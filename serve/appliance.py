@@ -277,8 +277,14 @@ class Shards:
     def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
         uploads = Uploads(shard)
         pending = uploads.bytes_of(doc_id, pending=True)
-        if pending is None:  # deleted before its turn
-            return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
+        if pending is None:  # ingested by the task before it (the same bytes), or deleted
+            try:
+                record = shard.get_document(doc_id)
+            except DocumentNotFoundError:
+                return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
+            done = IngestResult(doc_id, record.file_name, "unchanged", doc_id, record.version,
+                                record.chunk_count)  # fmt: skip
+            return done, record
         file_name, data = pending
         pipeline = self.service.pipeline_for(shard)
         source = SourceFile.from_bytes(
@@ -290,13 +296,14 @@ class Shards:
             except EmbedderChangedError:  # a reindex moved the shard meanwhile: its new model
                 [result] = list(self.service.pipeline_for(shard).ingest([source]))
         except Exception as exc:  # kept with the reason; the caller sees the failure too
-            uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again")
+            uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again",
+                           data)  # fmt: skip
             raise
         if uploads.bytes_of(doc_id, pending=True) is None:  # deleted while it was ingested
             with contextlib.suppress(DocumentNotFoundError):
                 shard.delete_document(doc_id)
             return IngestResult(doc_id, file_name, "refused", reason="deleted"), None
-        uploads.finish(doc_id, result.reason if result.status == "refused" else None)
+        uploads.finish(doc_id, result.reason if result.status == "refused" else None, data)
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return result, shard.get_document(doc_id) if result.status != "refused" else None
 

@@ -53,22 +53,25 @@ class Uploads:
             )
         return self.get(doc_id)
 
-    def finish(self, doc_id: str, error: str | None = None) -> None:
+    def finish(self, doc_id: str, error: str | None = None, data: bytes | None = None) -> None:
         """The ingestion ended: the document is written (its bytes become its original), or
-        it was refused or failed with ``error`` (kept, with the bytes, until deleted)."""
+        it was refused or failed with ``error`` (kept, with the bytes, until deleted). With
+        ``data`` (the bytes that were ingested), an upload of the same file stored meanwhile
+        is left pending for its own ingestion."""
+        same, args = ("", ()) if data is None else (" AND data = ?", (data,))
         with self.shard.transaction(write=True) as db:
             if error is None:
                 db.execute(
                     "INSERT OR REPLACE INTO originals(doc_id, file_name, data)"
-                    " SELECT doc_id, file_name, data FROM uploads WHERE doc_id = ?",
-                    (doc_id,),
+                    f" SELECT doc_id, file_name, data FROM uploads WHERE doc_id = ?{same}",
+                    (doc_id, *args),
                 )
-                db.execute("DELETE FROM uploads WHERE doc_id = ?", (doc_id,))
+                db.execute(f"DELETE FROM uploads WHERE doc_id = ?{same}", (doc_id, *args))
                 member, last_error = "completed", None
             else:
                 db.execute(
-                    "UPDATE uploads SET status = 'error', error = ? WHERE doc_id = ?",
-                    (error, doc_id),
+                    f"UPDATE uploads SET status = 'error', error = ? WHERE doc_id = ?{same}",
+                    (error, doc_id, *args),
                 )
                 member = "failed"
                 last_error = json.dumps({"code": "invalid_file", "message": error})
