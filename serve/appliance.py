@@ -395,9 +395,7 @@ class RemoteSearcher:
             self.models[tenant] = model
             if hits is not None:
                 return hits
-        error = GeneratorUnavailableError(f"tenant {tenant!r} is being reindexed; retry")
-        error.retry_after = 2
-        raise error
+        raise EmbedderChangedError(f"tenant {tenant!r} is being reindexed; retry shortly")
 
 
 # --- Reranker ---------------------------------------------------------------------------
