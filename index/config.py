@@ -127,6 +127,16 @@ class IndexConfig(_Strict):
                 "give the extra embedder another name"
             )
         names = {DEFAULT_EMBEDDER, *self.embedders}
+        seen: dict[str, str] = {}
+        for name, embedder in self.embedder_configs().items():
+            if embedder.model in seen:
+                # A shard records its model, not the embedder's name: two names for one model
+                # could not tell which settings (prefixes, dense_weight) built it.
+                raise ValueError(
+                    f"index.embedders.{name}: model {embedder.model!r} is already configured as "
+                    f"{seen[embedder.model]!r}; a model can be configured once"
+                )
+            seen[embedder.model] = name
         for tenant, name in self.tenant_embedders.items():
             if name not in names:
                 raise ValueError(

@@ -39,7 +39,7 @@ class Embedders:
         self._make = make
         self._embedders: dict[str, Any] = {k: v for k, v in (given or {}).items() if v}
         self._chunkers: dict[str, StructureChunker] = {}
-        self._lock = threading.Lock()
+        self._locks = {name: threading.Lock() for name in config.embedder_configs()}
 
     def model_id(self, name: str) -> str | None:
         """The model id a name stands for, without loading it (None: not installed)."""
@@ -59,8 +59,11 @@ class Embedders:
                     None)  # fmt: skip
 
     def get(self, name: str) -> tuple[Any, StructureChunker]:
-        """The started embedder called ``name`` and its chunker."""
-        with self._lock:
+        """The started embedder called ``name`` and its chunker. Each name loads under its own
+        lock, so a model loading for the first time does not hold up queries on the others."""
+        if name in self._chunkers:
+            return self._embedders[name], self._chunkers[name]
+        with self._locks[name]:
             if name not in self._chunkers:
                 if name not in self._embedders:
                     self._embedders[name] = self._make(self.config.embedder_configs()[name])

@@ -125,6 +125,9 @@ class Embedder:
             metrics().embed_cache.inc(tags={"result": "hit"})
             return vector
         metrics().embed_cache.inc(tags={"result": "miss"})
+        # Resolved (and loaded) before joining a batch: a model no embedder provides is refused
+        # for this request alone, not for every query batched with it.
+        await self._model(model_id)
         vector = await self._embed_batch((model_id, key[2]))
         self.cache.put(key, vector)
         return vector

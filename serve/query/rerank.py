@@ -258,8 +258,10 @@ def query_window(tokens: Sequence[int], weights: dict[int, float], size: int) ->
     found = [i for i in range(start, min(start + size, len(tokens))) if gains[i] > 0]
     if not found:
         return 0
-    middle = (found[0] + found[-1]) // 2
-    return max(0, min(middle - size // 2, len(tokens) - size))
+    centred = (found[0] + found[-1]) // 2 - size // 2
+    # Centring never pushes a match out: the window keeps found[0] .. found[-1].
+    centred = max(found[-1] - size + 1, min(centred, found[0]))
+    return max(0, min(centred, len(tokens) - size))
 
 
 def cross_encoder(

@@ -32,3 +32,10 @@ def test_rarer_words_outweigh_a_run_of_common_ones():
     tokens = [4, 4, 4, 0, 0, 0, 0, 0, 9, 0]
     start = query_window(tokens, {4: 0.1, 9: 1.0}, 3)
     assert 9 in tokens[start : start + 3] and 4 not in tokens[start : start + 3]
+
+
+def test_centring_keeps_every_match_of_a_window_they_fill():
+    # Matches at both ends of the best 4-token window: centring must not cut the last one.
+    tokens = [0, 0, 7, 0, 0, 8, 0, 0, 0]
+    start = query_window(tokens, {7: 1.0, 8: 1.0}, 4)
+    assert start == 2 and tokens[start : start + 4] == [7, 0, 0, 8]

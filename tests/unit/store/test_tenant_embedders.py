@@ -126,8 +126,38 @@ def test_embedder_names_are_checked():
         IndexConfig(tenant_embedders={"acme": "french"})
     with pytest.raises(ValidationError, match=r"'default' is the name of index\.embedder"):
         IndexConfig(embedders={"default": EmbedderConfig()})
+    with pytest.raises(ValidationError, match=r"model 'x' is already configured as 'm'"):
+        IndexConfig(embedders={"m": EmbedderConfig(model="x"), "n": EmbedderConfig(model="x")})
     config = IndexConfig(embedders={"m": EmbedderConfig(model="x")}, tenant_embedders={"a": "m"})
     assert (config.embedder_name("a"), config.embedder_name("b")) == ("m", "default")
+
+
+class SlowStart(HashingEmbedder):
+    def __init__(self, *args, release: threading.Event) -> None:
+        super().__init__(*args)
+        self.release = release
+
+    def start(self) -> HashingEmbedder:
+        assert self.release.wait(10)
+        return self
+
+
+def test_a_model_loading_does_not_hold_up_the_others():
+    release = threading.Event()
+    config = IndexConfig(embedders={"multilingual": EmbedderConfig(model="unused-here")})
+    embedders = Embedders(
+        config, given={"default": EN, "multilingual": SlowStart(48, "fake/slow", release=release)}
+    )
+    embedders.get("default")
+    loading = threading.Thread(target=embedders.get, args=("multilingual",))
+    loading.start()
+    time.sleep(0.1)  # the multilingual model is now loading
+    began = time.monotonic()
+    assert embedders.get("default")[0] is EN
+    assert time.monotonic() - began < 1.0
+    release.set()
+    loading.join(10)
+    assert embedders.get("multilingual")[0].model_id == "fake/slow"
 
 
 def test_a_tenant_moved_to_an_embedder_not_installed_is_served_as_built(tmp_path):
