@@ -94,6 +94,23 @@ class VectorIndexConfig(_Strict):
 DEFAULT_EMBEDDER = "default"
 
 
+class ScreenConfig(_Strict):
+    """The instruction screen at ingest (index/screening.py): keyword rules always; with
+    ``judge``, also the relevance judge of ``query.rerank`` (a cross-encoder) on the sentences
+    that speak to their reader."""
+
+    judge: bool = Field(
+        False,
+        description="Ask query.rerank's cross-encoder whether sentences that speak to the "
+        "reader instruct an AI (needs query.rerank.backend: cross-encoder).",
+    )
+    min_score: float = Field(
+        -9.0,
+        description="Judge score from which a sentence is flagged; chosen for "
+        "ms-marco-minilm-l12 on the development red-team set (benchmarks/RESULTS.md).",
+    )
+
+
 class IndexConfig(_Strict):
     """``embedder`` serves every tenant not named in ``tenant_embedders``; ``embedders`` are
     more models by name (a tenant's shard records the model that built it, and keeps being
@@ -118,6 +135,7 @@ class IndexConfig(_Strict):
         description="Tenant -> the name of its embedder in `embedders` (others: `embedder`).",
     )
     vectors: VectorIndexConfig = VectorIndexConfig()
+    screen: ScreenConfig = ScreenConfig()
 
     @model_validator(mode="after")
     def _embedders_named(self) -> IndexConfig:

@@ -21,7 +21,7 @@ from index.config import LoaderLimits
 from index.embedding import DocumentEmbedder
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
 from index.loaders import SUPPORTED_EXTENSIONS, load_document
-from index.screening import find_instructions
+from index.screening import InstructionJudge, find_instructions
 from index.store.shard import Manifest, PreparedDocument, TenantShard
 from index.types import Chunk, Document
 
@@ -109,12 +109,16 @@ class IngestPipeline:
         chunker: StructureChunker,
         limits: LoaderLimits,
         batch_chunks: int = 256,
+        judge: InstructionJudge | None = None,
     ) -> None:
+        """``judge``: the instruction screen's judged layer (index/screening.py); None: the
+        keyword rules alone."""
         self.shard = shard
         self.embedder = embedder
         self.chunker = chunker
         self.limits = limits
         self.batch_chunks = batch_chunks
+        self.judge = judge
 
     def ingest(self, files: Iterable[SourceFile]) -> Iterator[IngestResult]:
         """Yield one result per file, in batches; the vector index is saved at the end."""
@@ -178,7 +182,7 @@ class IngestPipeline:
             chunks,
             vectors,
             dict(source.attributes),
-            tuple(find_instructions(document.text)),
+            tuple(find_instructions(document.text, self.judge)),
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:

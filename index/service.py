@@ -12,6 +12,7 @@ from index.config import DEFAULT_EMBEDDER, EmbedderConfig, IndexConfig
 from index.embedding import SentenceTransformerEmbedder, resolve_model
 from index.errors import ConfigError, DocumentNotFoundError, EmbedderMismatchError
 from index.pipeline import IngestPipeline
+from index.screening import InstructionJudge
 from index.store.shard import Manifest, TenantShard, read_manifest
 from index.store.tenants import TenantDirectory
 
@@ -97,12 +98,20 @@ class IndexService:
 
     ``embedder`` may be injected as the default embedder (tests use a deterministic fake);
     ``embedders`` may replace the whole set (the appliance's shard replicas embed remotely).
+    ``instruction_judge`` is the instruction screen's judged layer at ingest (serve builds it
+    from ``index.screen`` and the query path's judge; None: keyword rules alone).
     """
 
     def __init__(
-        self, config: IndexConfig, data_dir: Path, embedder=None, embedders: Embedders = None
+        self,
+        config: IndexConfig,
+        data_dir: Path,
+        embedder=None,
+        embedders: Embedders = None,
+        instruction_judge: InstructionJudge | None = None,
     ) -> None:
         self.config = config
+        self.instruction_judge = instruction_judge
         self.tenants = TenantDirectory(data_dir)
         self.embedders = embedders or Embedders(config, given={DEFAULT_EMBEDDER: embedder})
         self._shards: dict[str, TenantShard] = {}
@@ -176,7 +185,8 @@ class IndexService:
 
     def _pipeline(self, shard: TenantShard, embedder, chunker) -> IngestPipeline:
         return IngestPipeline(shard, embedder, chunker, self.config.limits,
-                              batch_chunks=self.config.ingest_batch_chunks)  # fmt: skip
+                              batch_chunks=self.config.ingest_batch_chunks,
+                              judge=self.instruction_judge)  # fmt: skip
 
     def close(self) -> None:
         with self._lock:

@@ -101,3 +101,6 @@ class SearchHit:
     dense_score: float | None = None
     bm25_score: float | None = None
     rerank_score: float | None = None  # set when a reranker rescored the hit
+    # The document's instruction-like passages (flagged at ingest) inside this chunk, as
+    # offsets into ``text``: the prompt withholds them.
+    flagged: tuple[tuple[int, int], ...] = ()

@@ -200,9 +200,12 @@ class Shards:
     async def _service(self) -> IndexService:
         if self.service is None:
             from index.service import Embedders
+            from serve.query.rerank import instruction_judge
 
             remote = Embedders(self.config.index, lambda c: HandleEmbedder(self.embedder, c))
-            service = IndexService(self.config.index, self.config.data_dir, embedders=remote)
+            judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
+            service = IndexService(self.config.index, self.config.data_dir, embedders=remote,
+                                   instruction_judge=judge)  # fmt: skip
             self.service = await asyncio.to_thread(service.start)
         return self.service
 

@@ -34,6 +34,7 @@ from serve.eval.metrics import answer_matches  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
 from serve.models import fetch, resolve_model  # noqa: E402
 from serve.query.pipeline import QueryPipeline  # noqa: E402
+from serve.query.rerank import instruction_judge  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
 PROSE, QUOTED = {"answer_format": "prose"}, {"answer_format": "quoted"}
@@ -79,7 +80,8 @@ async def main() -> None:
             update={"rerank": rerank.model_copy(update={"model": str(judge_folder)})}
         )
         config = config.model_copy(update={"query": query})
-    service = IndexService(config.index, config.data_dir).start()
+    judge = instruction_judge(config.index.screen, config.query.rerank)
+    service = IndexService(config.index, config.data_dir, instruction_judge=judge).start()
     files, _ = discover([folder / "docs"])
     list(service.pipeline(TENANT).ingest(files))
     cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]

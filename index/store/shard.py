@@ -522,14 +522,16 @@ class TenantShard:
             return {}
         rows = self._conn.execute(
             "SELECT c.id, c.chunk_id, c.doc_id, d.file_name, c.heading_path, c.page, c.start,"
-            " c.end, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+            " c.end, c.text, d.flags FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
             f" WHERE c.id IN ({','.join('?' * len(ids))})",
             ids,
         ).fetchall()
-        return {
-            row[0]: SearchHit(row[1], row[2], row[3], tuple(json.loads(row[4])), *row[5:])
-            for row in rows
-        }
+        hits = {}
+        for row in rows:
+            flagged = _flags_within(json.loads(row[9]), row[6], row[7])
+            hits[row[0]] = SearchHit(row[1], row[2], row[3], tuple(json.loads(row[4])),
+                                     *row[5:9], flagged=flagged)  # fmt: skip
+        return hits
 
     def stats(self) -> ShardStats:
         with self._lock:
@@ -594,6 +596,14 @@ def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
 def _record(row: tuple) -> DocumentRecord:
     flagged = tuple((start, end, reason) for start, end, reason in json.loads(row[-1]))
     return DocumentRecord(*row[:-2], attributes=json.loads(row[-2]), flagged=flagged)
+
+
+def _flags_within(flags: list, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The stored flags ([start, end, reason] in the document) that overlap the chunk
+    ``start``..``end``, as offsets into the chunk's text."""
+    return tuple(
+        (max(a, start) - start, min(b, end) - start) for a, b, _ in flags if a < end and start < b
+    )
 
 
 def _flags_json(flagged: Sequence[FlaggedPassage]) -> str:

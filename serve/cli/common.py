@@ -48,7 +48,11 @@ class _State:
 
     def index(self) -> IndexService:
         if self.service is None:
-            self.service = IndexService(self.config.index, self.config.data_dir).start()
+            from serve.query.rerank import instruction_judge
+
+            judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
+            self.service = IndexService(self.config.index, self.config.data_dir,
+                                        instruction_judge=judge).start()  # fmt: skip
         return self.service
 
 

@@ -98,7 +98,7 @@ class PromptBuilder:
             attributes.append(f'section="{html.escape(" > ".join(hit.heading_path))}"')
         if hit.page is not None:
             attributes.append(f'page="{hit.page}"')
-        text = withhold_instructions(hit.text) if self.withhold else hit.text
+        text = withhold_instructions(hit.text, hit.flagged) if self.withhold else hit.text
         return f"<source {' '.join(attributes)}>\n{self.escape(text)}\n</source>"
 
     def system(self, sources: Sequence[Source], not_found: str) -> str:

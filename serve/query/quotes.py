@@ -52,7 +52,8 @@ _GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
     """The sentences of a source the model may quote: those of its text as the prompt shows
     it, without withheld passages (a withheld instruction is never quotable)."""
-    text = withhold_instructions(source.hit.text) if withhold else source.hit.text
+    hit = source.hit
+    text = withhold_instructions(hit.text, hit.flagged) if withhold else hit.text
     sentences = (text[a:b] for a, b in sentence_spans(text))
     return sorted({s for s in sentences if WITHHELD not in s})
 

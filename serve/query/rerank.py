@@ -18,7 +18,9 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from index.config import ScreenConfig
 from index.errors import ConfigError
+from index.screening import JUDGE_QUESTION, InstructionJudge
 from index.types import SearchHit
 from serve.generator import Generator
 from serve.query.prompt import PromptBuilder
@@ -361,3 +363,24 @@ def judge(config: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderRerank
     """The cross-encoder ``config`` describes (not started)."""
     return cross_encoder(config.model, config.device, config.batch_size, config.max_tokens,
                          config.window)  # fmt: skip
+
+
+def instruction_judge(screen: ScreenConfig, rerank: RerankConfig) -> InstructionJudge | None:
+    """The instruction screen's judged layer (``index.screen.judge``): the query path's judge
+    asked, for each sentence, JUDGE_QUESTION; a score from ``screen.min_score`` flags it. On
+    the CPU (a handful of short sentences per document). None when the screen has no judge."""
+    if not screen.judge:
+        return None
+    if rerank.backend != "cross-encoder" or not rerank.model:
+        raise ConfigError(
+            "index.screen.judge uses the relevance judge, but query.rerank.backend is "
+            f"{rerank.backend!r}: set query.rerank.backend: cross-encoder with its model, or "
+            "index.screen.judge: false",
+            param="index.screen.judge",
+        )
+    scorer = cross_encoder(rerank.model, "cpu", rerank.batch_size, max_tokens=128).start()
+
+    def judged(sentences: Sequence[str]) -> list[bool]:
+        return [score >= screen.min_score for score in scorer._predict(JUDGE_QUESTION, sentences)]
+
+    return judged
