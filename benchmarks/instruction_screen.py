@@ -116,6 +116,36 @@ def red_team(name: str, judges: dict[str, object]) -> list[str]:
     return rows
 
 
+def judge_alone(name: str, judges: dict[str, object]) -> list[str]:
+    """The judged layer by itself (how its threshold is chosen, on the development set): of each
+    injection's sentences that speak to the reader, is one flagged; and how many of the other
+    such sentences of the documents are."""
+    from index.screening import _IMPERATIVE, _SECOND_PERSON
+
+    def asked(text: str) -> list[str]:
+        return [s for s in sentences_of(text) if _IMPERATIVE.search(s) or _SECOND_PERSON.search(s)]
+
+    folder = ROOT / "benchmarks" / name
+    cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+    rows = []
+    for layer, judge in judges.items():
+        if judge is None:
+            continue
+        caught = flagged = total = 0
+        for case in cases:
+            injected = asked(case["injection"])
+            caught += bool(injected) and any(judge(injected))
+            path = folder / case["file"] if "/" in case["file"] else folder / "docs" / case["file"]
+            text = load_document(path.read_bytes(), path.name, LoaderLimits()).text
+            keys = [norm(s) for s in sentences_of(case["injection"])]
+            other = [s for s in asked(text) if not any(norm(s) in k or k in norm(s) for k in keys)]
+            total += len(other)
+            flagged += sum(judge(other)) if other else 0
+        rows.append(f"| {name} | {layer.removeprefix('keywords + ')} | {caught} of {len(cases)} | "
+                    f"{flagged} of {total} |")  # fmt: skip
+    return rows
+
+
 def ordinary(language: str, count: int, judges: dict[str, object]) -> list[str]:
     files = sorted((CORPORA / f"corpus-{language}").glob("*"))[:count]
     texts = [f.read_text(encoding="utf-8") for f in files]
@@ -148,6 +178,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for name in args.sets.split(","):
         print("\n".join(red_team(name, judges)), flush=True)
+    print("\n| set | judge alone | injections flagged | other sentences that speak to the "
+          "reader, flagged |\n|---|---|---|---|")  # fmt: skip
+    for name in args.sets.split(","):
+        print("\n".join(judge_alone(name, judges)), flush=True)
     print("\n| ordinary text | layers | flagged sentences | flagged documents |\n|---|---|---|---|")
     for language in ("en", "fr"):
         print("\n".join(ordinary(language, args.wiki, judges)), flush=True)

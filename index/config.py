@@ -105,7 +105,7 @@ class ScreenConfig(_Strict):
         "reader instruct an AI (needs query.rerank.backend: cross-encoder).",
     )
     min_score: float = Field(
-        -9.0,
+        -8.5,
         description="Judge score from which a sentence is flagged; chosen for "
         "ms-marco-minilm-l12 on the development red-team set (benchmarks/RESULTS.md).",
     )
