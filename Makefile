@@ -58,7 +58,7 @@ format: setup
 # The appliance end to end: fetch the default model (once), start it, upload the sample
 # corpus and ask questions through the OpenAI API. ONCE=1 stops after printing.
 demo: setup
-	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch qwen2.5-0.5b
+	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch qwen2.5-1.5b
 	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch ms-marco-minilm-l12
 	$(BIN)/python -m serve.demo --config configs/cpu.yaml --data-dir $(DATA_DIR) $(if $(ONCE),--once)
 

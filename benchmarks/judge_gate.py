@@ -55,6 +55,13 @@ def rates(scores: list[tuple[float, bool]], threshold: float) -> tuple[float, fl
             sum(s < threshold for s in answerable) / len(answerable))  # fmt: skip
 
 
+def both_gates(questions, judge_min: float, dense_min: float) -> list[tuple[float, bool]]:
+    """Both gates as the query path applies them: candidates under ``dense_min`` are dropped,
+    then those the judge scores under ``judge_min``; 0.0 (turned away) when none is left."""
+    return [(float(any(d >= dense_min and j >= judge_min for d, j in kept)), answerable)
+            for kept, answerable in questions]  # fmt: skip
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
@@ -111,6 +118,7 @@ async def main() -> None:
         if args.set == "wiki":  # description questions and unanswerable ones: the same kind
             questions = [q for q in questions if not q.relevant or kinds[q.id] == "description"]
         signals: dict[str, dict[str, list[tuple[float, bool]]]] = {}
+        pairs: dict[str, list[tuple[list[tuple[float, float]], bool]]] = {}  # (dense, judge)
         seconds = []
         for q in questions:
             options = QueryOptions(top_k=args.candidates, gate=False)
@@ -121,6 +129,9 @@ async def main() -> None:
             dense = max((h.dense_score for h in hits if h.dense_score is not None), default=-1.0)
             for name, value in (("judge", max(judged, default=-99.0)), ("dense", dense)):
                 signals.setdefault(name, {}).setdefault(q.split, []).append((value, q.answerable))
+            kept = [(h.dense_score if h.dense_score is not None else -1.0, score)
+                    for h, score in zip(hits, judged, strict=True)]  # fmt: skip
+            pairs.setdefault(q.split, []).append((kept, q.answerable))
         for name, halves in signals.items():
             threshold = choose(halves["dev"], args.max_false)
             dev, test = rates(halves["dev"], threshold), rates(halves["test"], threshold)
@@ -132,6 +143,25 @@ async def main() -> None:
             dev, test = rates(given["dev"], value), rates(given["test"], value)
             print(f"| {language} | max judge score, threshold given | {value:.3f} | {dev[0]:.2f} "
                   f"| {dev[1]:.2f} | {test[0]:.2f} | {test[1]:.2f} |")  # fmt: skip
+
+            # Both gates, as the query path applies them: candidates under the dense threshold
+            # are dropped, then the judge gate; a question is turned away when none is left.
+            # The dense threshold is chosen on dev with the judge threshold given.
+            # At most --max-false answerable lost on dev, or no more than the judge gate alone
+            # loses there (-1.0: no dense gate).
+            allowed = max(args.max_false, rates(given["dev"], value)[1])
+            candidates = sorted({d for kept, _ in pairs["dev"] for d, _ in kept} | {-1.0})
+            dense_min = max(
+                (t for t in candidates
+                 if rates(both_gates(pairs["dev"], value, t), 0.5)[1] <= allowed),
+                key=lambda t, v=value: rates(both_gates(pairs["dev"], v, t), 0.5)[0],
+            )  # fmt: skip
+            dev, test = (
+                rates(both_gates(pairs["dev"], value, dense_min), 0.5),
+                rates(both_gates(pairs["test"], value, dense_min), 0.5),
+            )
+            print(f"| {language} | judge gate {value:.3f} + dense gate (dev) | {dense_min:.3f} | "
+                  f"{dev[0]:.2f} | {dev[1]:.2f} | {test[0]:.2f} | {test[1]:.2f} |")  # fmt: skip
         current = config.query.min_dense_score
         dev, test = (
             rates(signals["dense"]["dev"], current),
