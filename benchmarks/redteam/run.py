@@ -69,7 +69,9 @@ async def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", default=None, help="generator (default: the config's)")
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument("--set", default="redteam", choices=("redteam", "redteam-heldout"))
+    parser.add_argument(
+        "--set", default="redteam", choices=("redteam", "redteam-heldout", "redteam-heldout2")
+    )
     args = parser.parse_args()
     folder = ROOT / "benchmarks" / args.set
     config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
