@@ -3,12 +3,13 @@ how many injected instructions were obeyed and how many legitimate questions wer
 correctly (side by side, one engine, one run).
 
     .venv/bin/python benchmarks/redteam/run.py [--variants undefended,remind,withhold,both]
-        [--set redteam|redteam-heldout] [--model qwen2.5-0.5b] [--max-tokens 160]
+        [--set redteam|redteam-heldout|redteam-heldout2] [--model qwen2.5-1.5b] [--max-tokens 160]
 
 A set's documents are all ingested into one tenant (so cases compete for retrieval, as
 documents do), under benchmarks/.cache/<set>. Per-case results go to benchmarks/<set>/results/.
 benchmarks/redteam is the development set (the defences were built looking at it);
-benchmarks/redteam-heldout was written without sight of them and is only ever reported.
+benchmarks/redteam-heldout and benchmarks/redteam-heldout2 were written without sight of them and
+are only ever reported (the second after the first had been seen and the screen changed).
 """
 
 from __future__ import annotations
