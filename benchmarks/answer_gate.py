@@ -13,6 +13,8 @@ on the test half only when --split test is asked for.
 
     .venv/bin/python benchmarks/answer_gate.py [--sets human-en,answers-en] [--split dev]
         [--thresholds 3.874,-0.16] [--out results.jsonl]
+    .venv/bin/python benchmarks/answer_gate.py --sets '' \
+        --rows benchmarks/eval/answer-gate-human-en-dev.jsonl     # the run RESULTS.md reports
 
 Needs the evaluation data directory of the answer benchmarks (benchmarks/.cache/eval/data,
 with the wiki-en / wiki-fr tenants) and the fetched default model and judge.
@@ -98,7 +100,7 @@ async def answer_all(sets: list[str], split: str) -> list[dict]:
             kinds = {item["id"]: item.get("kind")
                      for item in map(json.loads, path.read_text().splitlines())}  # fmt: skip
             questions = [q for q in load_questions(path) if q.split == split]
-            tenant = f"wiki-{questions[0].language}"
+            tenant = f"wiki-{language(name)}"
             backend = ScoredBackend(pipeline, tenant)
             backend.best = {}
             evaluator = Evaluator(backend, tenant)
@@ -148,7 +150,8 @@ def report(rows: list[dict], thresholds: list[float], chosen: dict[str, float]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sets", default="human-en,answers-en")
+    parser.add_argument("--sets", default="human-en,answers-en",
+                        help="question sets to answer ('' with --rows: only report)")  # fmt: skip
     parser.add_argument("--split", default="dev", choices=("dev", "test"))
     parser.add_argument("--thresholds", default="3.874",
                         help="thresholds to report beside the chosen one")  # fmt: skip
@@ -158,7 +161,7 @@ def main() -> None:
                         "run: the threshold is chosen on its rows)")  # fmt: skip
     args = parser.parse_args()
     rows = [json.loads(line) for path in args.rows for line in path.read_text().splitlines()]
-    fresh = asyncio.run(answer_all(args.sets.split(","), args.split))
+    fresh = asyncio.run(answer_all(args.sets.split(","), args.split)) if args.sets else []
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in fresh))
     rows += fresh
