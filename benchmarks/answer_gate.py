@@ -45,7 +45,9 @@ EVAL = ROOT / "benchmarks" / "eval"
 class ScoredBackend(LocalBackend):
     """The in-process backend, keeping each answer's best judge score among its sources."""
 
-    best: dict[str, float | None]
+    def __init__(self, pipeline: QueryPipeline, tenant: str) -> None:
+        super().__init__(pipeline, tenant)
+        self.best: dict[str, float | None] = {}
 
     async def ask(self, question: str) -> AnswerView:
         answer = await self.pipeline.answer(self.tenant, question)
@@ -102,7 +104,6 @@ async def answer_all(sets: list[str], split: str) -> list[dict]:
             questions = [q for q in load_questions(path) if q.split == split]
             tenant = f"wiki-{language(name)}"
             backend = ScoredBackend(pipeline, tenant)
-            backend.best = {}
             evaluator = Evaluator(backend, tenant)
             for q in questions:
                 result = await evaluator.evaluate(q)
@@ -160,8 +161,14 @@ def main() -> None:
                         help="earlier --out files to report with (the dev run, for a test "
                         "run: the threshold is chosen on its rows)")  # fmt: skip
     args = parser.parse_args()
+    sets = [name for name in args.sets.split(",") if name]
+    missing = [name for name in sets if not (EVAL / f"{name}.jsonl").is_file()]
+    if missing:  # before the model loads
+        sys.exit(f"no question set {', '.join(missing)} in {EVAL} (e.g. human-en, answers-en)")
+    if not sets and not args.rows:
+        sys.exit("nothing to report: give --sets to answer, or --rows from an earlier --out")
     rows = [json.loads(line) for path in args.rows for line in path.read_text().splitlines()]
-    fresh = asyncio.run(answer_all(args.sets.split(","), args.split)) if args.sets else []
+    fresh = asyncio.run(answer_all(sets, args.split)) if sets else []
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in fresh))
     rows += fresh
