@@ -75,7 +75,7 @@ async def main() -> None:
     judge = None
     if args.judge:
         folder = fetch(JUDGE, ROOT / "data")
-        judge = OnnxCrossEncoderReranker(str(folder), "cpu", 32, 256).start()
+        judge = OnnxCrossEncoderReranker(str(folder), "cpu", max_tokens=256).start()
         rerank = RerankConfig(backend="cross-encoder", model=str(folder), candidates=20)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; config {args.config}")
     header = ("| embedder | retrieval | " + " | ".join(f"dev {m}" for m in METRICS) + " | "

@@ -1,8 +1,8 @@
 """Why an evaluation run answered "not found" to answerable questions: for each one, where its
 answering document ranks among the candidates with the gates off, that document's cosine
-similarity (none: found by lexical search only, so the similarity gate drops it) and judge
-score; and its judge score as the query path computes it (on the candidates that passed the
-similarity gate, judged in one batch), against the judge gate's threshold.
+similarity (none: found by lexical search only) and judge score, against the judge gate's
+threshold. Where a judge gate applies these are the scores it reads (each pair judged alone);
+elsewhere the similarity gate decides.
 
     .venv/bin/grounded --config configs/cpu.yaml --data-dir benchmarks/.cache/eval/data eval \
         --tenant wiki-fr benchmarks/eval/human-fr.jsonl --split test --json > run.json
@@ -51,31 +51,20 @@ async def main() -> None:
         sys.exit(f"{args.run} must be `grounded eval --json` output of {args.questions}: {exc!r}")
     service = IndexService(config.index, config.data_dir).start()
     pipeline = QueryPipeline(LocalSearcher(service), None, config.query)
-    rerank, judge = config.query.rerank, pipeline.reranker
+    rerank = config.query.rerank
     print(f"{args.run.name}: {len(missed)} answerable questions answered 'not found'\n")
-    print(f"Similarity gate: cosine >= {config.query.min_dense_score} (a candidate without one "
-          "is dropped unless min_bm25_score lets it through).\n")  # fmt: skip
-    print("| question | answering document: rank, cosine, judge score (gates off) | judge score "
-          "in the query path | judge gate |")  # fmt: skip
-    print("|---|---|---|---|")
+    print(f"Where no judge gate applies, the similarity gate: cosine >= "
+          f"{config.query.min_dense_score}.\n")  # fmt: skip
+    print("| question | answering document: rank, cosine, judge score (gates off) | judge gate |")
+    print("|---|---|---|")
     for q in missed:
-
-        def own(hits, q=q):
-            return [i for i, h in enumerate(hits) if h.file_name in q.relevant
-                    or h.doc_id in q.relevant]  # fmt: skip
-
-        top = rerank.candidates
-        off = await pipeline.retrieve(args.tenant, q.question, QueryOptions(top_k=top, gate=False))
-        cosine = lambda h: "none" if h.dense_score is None else f"{h.dense_score:.2f}"  # noqa: E731
-        ungated = [f"{i + 1}, {cosine(off[i])}, {off[i].rerank_score:.2f}" for i in own(off)]
-        # What the query path judges: the similarity gate's survivors, in one batch.
-        gated = await pipeline.retrieve(
-            args.tenant, q.question, QueryOptions(top_k=top, gate=True, rerank=False)
+        off = await pipeline.retrieve(
+            args.tenant, q.question, QueryOptions(top_k=rerank.candidates, gate=False)
         )
-        scores = await judge.scores(q.question, [h.text for h in gated], "") if gated else []
-        seen = [f"{scores[i]:.2f}" for i in own(gated)]
-        print(f"| {q.id} | {'; '.join(ungated[:2]) or 'not among the candidates'} | "
-              f"{'; '.join(seen[:2]) or 'dropped by the similarity gate'} | "
+        cosine = lambda h: "none" if h.dense_score is None else f"{h.dense_score:.2f}"  # noqa: E731
+        own = [f"{i + 1}, {cosine(h)}, {h.rerank_score:.2f}" for i, h in enumerate(off)
+               if h.file_name in q.relevant or h.doc_id in q.relevant]  # fmt: skip
+        print(f"| {q.id} | {'; '.join(own[:2]) or 'not among the candidates'} | "
               f"{judge_threshold(rerank, detect_language(q.question))} |")  # fmt: skip
     service.close()
 

@@ -151,8 +151,9 @@ async def main() -> None:
         for base, max_tokens, window in itertools.product(
             judged, map(int, args.max_tokens.split(",")), args.windows.split(",")
         ):
-            judge = TimedReranker(OnnxCrossEncoderReranker(
-                str(judge_folder), "cpu", 32, max_tokens, window).start())  # fmt: skip
+            judge = OnnxCrossEncoderReranker(str(judge_folder), "cpu", max_tokens=max_tokens,
+                                             window=window)  # fmt: skip
+            judge = TimedReranker(judge.start())
             rerank = RerankConfig(backend="cross-encoder", model=str(judge_folder),
                                   candidates=args.candidates)  # fmt: skip
             variant = variants[base].model_copy(update={"rerank": rerank})

@@ -98,8 +98,9 @@ async def main() -> None:
         )
         config = config.model_copy(update={"index": index})
     service = IndexService(config.index, config.data_dir).start()
+    # the query path's judge, pair by pair (serve.query.rerank.OnnxCrossEncoderReranker)
     judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
-                                     32, args.max_tokens).start()  # fmt: skip
+                                     max_tokens=args.max_tokens).start()  # fmt: skip
     # The candidates as retrieved (the judge scores them all below, so their order is moot).
     query = config.query.model_copy(update={"rerank": RerankConfig()})
     pipeline = QueryPipeline(LocalSearcher(service), None, query)

@@ -1,5 +1,6 @@
-"""The query pipeline: condense -> retrieve -> gate -> rerank -> budget -> prompt -> generate
--> check citations.
+"""The query pipeline: condense -> retrieve -> rerank -> gate -> budget -> prompt -> generate
+-> check citations. The gate is the relevance judge's where it applies (its languages, a
+threshold set), else the similarity gate before any reranking.
 
 Plain Python (no Ray): the appliance's deployments wrap it, and tests run it directly.
 """
@@ -167,8 +168,9 @@ class QueryPipeline:
         watch: Stopwatch | None = None,
         admit: Admission | None = None,
     ) -> list[SearchHit]:
-        """Candidates that pass the evidence gate (unless ``options.gate`` is off), best first,
-        reranked when configured, at most ``top_k``. The shard is the tenant's own: no option
+        """Candidates that pass the gate (unless ``options.gate`` is off): the judge gate where
+        it applies, else the similarity gate; best first, reranked when configured, at most
+        ``top_k``. The shard is the tenant's own: no option
         can widen the scope. ``admit`` admits the generator reranker's work, when it runs."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
@@ -183,13 +185,17 @@ class QueryPipeline:
         # everything both sides found, fused
         ranked = await self.searcher.search(tenant, query, 2 * config.candidates, params)
         hits = [hit for hit, _ in ranked]
-        if options.gate:
+        language, languages = detect_language(query), config.rerank.languages
+        judged = (self.reranker is not None and options.rerank is not False
+                  and (languages is None or language in languages))  # fmt: skip
+        threshold = judge_threshold(config.rerank, language) if judged else None
+        # Where the judge gate applies, it alone decides: its thresholds were chosen on the
+        # ungated candidates, and the similarity gate drops answering passages that only
+        # lexical search found (no cosine score) before the judge reads them (RESULTS.md).
+        if options.gate and threshold is None:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
-        use_rerank = self.reranker is not None and options.rerank is not False
-        language = detect_language(query)
-        languages = config.rerank.languages
-        if not use_rerank or not hits or (languages is not None and language not in languages):
+        if not judged or not hits:
             return hits[:top_k]
         reranker = self.reranker
         if admit is not None and isinstance(reranker, GeneratorReranker):
@@ -202,7 +208,6 @@ class QueryPipeline:
             cache_salt(tenant),
         )
         watch.lap("rerank")
-        threshold = judge_threshold(config.rerank, language)
         if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
             reranked = [h for h in reranked if h.rerank_score >= threshold]
         return reranked[:top_k]

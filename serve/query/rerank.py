@@ -40,7 +40,13 @@ class RerankConfig(BaseModel):
         "model folder (ONNX with tokenizer.json, or sentence-transformers).",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    batch_size: int = Field(16, gt=0)
+    batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Pairs per model call. None: 1 for an ONNX judge (the shipped one is INT8 "
+        "with dynamic quantization, which scales a call's activations together, so a batched "
+        "pair's score depends on its neighbours), 16 for sentence-transformers.",
+    )
     max_tokens: int = Field(
         256, ge=32, le=512, description="ONNX judge: longest (question, passage) pair it reads."
     )
@@ -49,7 +55,12 @@ class RerankConfig(BaseModel):
         description="ONNX judge, for a pair longer than max_tokens: read the passage's start, "
         "or the window where the question's words are densest.",
     )
-    candidates: int = Field(20, gt=0, description="Gated candidates given to the reranker.")
+    candidates: int = Field(
+        20,
+        gt=0,
+        description="Fused candidates the reranker reads (those passing the similarity gate "
+        "where no judge gate applies).",
+    )
     top_n: int | None = Field(None, gt=0, description="Results kept (default: query.top_k).")
     min_score: float | dict[str, float] | None = Field(
         None,
@@ -135,14 +146,17 @@ class OnnxCrossEncoderReranker:
     execution provider where present (onnxruntime-gpu), else the CPU. Scores are the model's
     logits (higher is more relevant). Pairs longer than ``max_tokens`` are cut on the passage
     side: ``window: start`` keeps its beginning, ``window: query`` the window of the passage
-    where the question's words are densest (``query_window``). Pairs are batched by length, so
-    short passages are not padded to long ones."""
+    where the question's words are densest (``query_window``). Pairs are read ``batch_size`` at
+    a time, batched by length (short passages are not padded to long ones); the default is one
+    at a time, because a dynamically quantized model (the fetched INT8 judge) scales each call's
+    activations together, so a batched pair's score moves with its neighbours (by up to 1.6 on
+    human-written questions, benchmarks/RESULTS.md) and a gate on it would depend on them."""
 
     def __init__(
         self,
         folder: str,
         device: str = "auto",
-        batch_size: int = 16,
+        batch_size: int = 1,
         max_tokens: int = 256,
         window: Literal["start", "query"] = "start",
     ) -> None:
@@ -269,18 +283,18 @@ def query_window(tokens: Sequence[int], weights: dict[int, float], size: int) ->
 def cross_encoder(
     model: str,
     device: str = "auto",
-    batch_size: int = 16,
+    batch_size: int | None = None,
     max_tokens: int = 256,
     window: Literal["start", "query"] = "start",
 ) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
     """The cross-encoder in a local folder: ONNX (model.onnx + tokenizer.json, such as the
     fetched judge) or a sentence-transformers CrossEncoder folder (config.json, such as
-    bge-reranker-v2-m3)."""
+    bge-reranker-v2-m3). ``batch_size`` None: each backend's default."""
     folder = Path(model)
     if (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file():
-        return OnnxCrossEncoderReranker(model, device, batch_size, max_tokens, window)
+        return OnnxCrossEncoderReranker(model, device, batch_size or 1, max_tokens, window)
     if (folder / "config.json").is_file():
-        return CrossEncoderReranker(model, device, batch_size)
+        return CrossEncoderReranker(model, device, batch_size or 16)
     raise ConfigError(
         f"query.rerank.model {model!r} is not a cross-encoder model folder (neither "
         "model.onnx with tokenizer.json nor a sentence-transformers config.json); "
@@ -365,6 +379,9 @@ def judge(config: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderRerank
                          config.window)  # fmt: skip
 
 
+SCREEN_BATCH = 16  # sentences per judge call in the instruction screen
+
+
 def instruction_judge(screen: ScreenConfig, rerank: RerankConfig) -> InstructionJudge | None:
     """The instruction screen's judged layer (``index.screen.judge``): the query path's judge
     asked, for each sentence, JUDGE_QUESTION; a score from ``screen.min_score`` flags it. On
@@ -378,7 +395,8 @@ def instruction_judge(screen: ScreenConfig, rerank: RerankConfig) -> Instruction
             "index.screen.judge: false",
             param="index.screen.judge",
         )
-    scorer = cross_encoder(rerank.model, "cpu", rerank.batch_size, max_tokens=128).start()
+    # batched as when its threshold was chosen (benchmarks/RESULTS.md)
+    scorer = cross_encoder(rerank.model, "cpu", SCREEN_BATCH, max_tokens=128).start()
 
     def judged(sentences: Sequence[str]) -> list[bool]:
         return [score >= screen.min_score for score in scorer._predict(JUDGE_QUESTION, sentences)]

@@ -288,6 +288,20 @@ def test_the_judge_applies_only_to_the_languages_it_was_measured_on(service):
     assert not run(pipeline, "acme", "How many days of annual leave per year?").abstained
 
 
+def test_where_the_judge_gate_applies_the_similarity_gate_does_not(service):
+    generator = ScriptedGenerator("Annual leave is 27 days [1].")
+    strict = {"min_dense_score": 0.9}  # on its own, turns every question away (above)
+    both = judged({"en": 0.0}).model_copy(update=strict)
+    pipeline = QueryPipeline(LocalSearcher(service), generator, both, WordJudge("27"))
+    answer = run(pipeline, "acme", "How many days of annual leave per year?")
+    assert [s.hit.file_name for s in answer.sources] == ["leave.txt"]  # the judge decided
+    # no judge threshold for French: the similarity gate still guards those questions
+    assert run(pipeline, "acme", "Combien de jours de congé annuel par an ?").abstained
+    unranked = QueryOptions(rerank=False)  # a request that turns the judge off
+    assert run(pipeline, "acme", "How many days of annual leave per year?",
+               options=unranked).abstained  # fmt: skip
+
+
 def test_rules_are_restated_after_the_question_when_enabled(service):
     from serve.query.prompt import REMINDER
 
