@@ -76,7 +76,7 @@ async def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--thresholds", default=None,
-        help="also report fixed judge thresholds chosen elsewhere, e.g. en=3.874,fr=2.645",
+        help="also report fixed judge thresholds chosen elsewhere, e.g. en=4.122,fr=2.661",
     )  # fmt: skip
     parser.add_argument(
         "--embedder",
