@@ -64,8 +64,12 @@ class QueryConfig(BaseModel):
     dense_weight: float = Field(0.4, ge=0.0, le=1.0)
     candidates: int = Field(20, gt=0, description="Candidates taken from each retriever.")
     top_k: int = Field(5, gt=0, description="Most sources given to the generator.")
-    min_dense_score: float = Field(0.35, description="Evidence gate: cosine similarity.")
-    min_bm25_score: float | None = Field(None, description="Evidence gate: lexical match.")
+    min_dense_score: float = Field(
+        0.35, description="Similarity gate (where no judge gate applies): cosine similarity."
+    )
+    min_bm25_score: float | None = Field(
+        None, description="Similarity gate (where no judge gate applies): lexical match."
+    )
     history_share: float = Field(0.25, ge=0.0, le=1.0)
     condense: Condense = Field("recent", description="Retrieval query for follow-up turns.")
     condense_turns: int = Field(2, ge=0, description="Earlier user turns used by condense.")
