@@ -144,7 +144,7 @@ class QueryOptions:
     search_filter: SearchFilter | None = None
     score_threshold: float | None = None  # on the fused (or single-retriever) score
     rerank: bool | None = None  # None: rerank when a reranker is configured
-    gate: bool = True  # False: rank without the evidence gate (retrieval-only search, eval)
+    gate: bool = True  # False: rank without the gates (retrieval-only search, eval)
     max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
 
 
@@ -174,8 +174,8 @@ class QueryPipeline:
     ) -> list[SearchHit]:
         """Candidates that pass the gate (unless ``options.gate`` is off): the judge gate where
         it applies, else the similarity gate; best first, reranked when configured, at most
-        ``top_k``. The shard is the tenant's own: no option
-        can widen the scope. ``admit`` admits the generator reranker's work, when it runs."""
+        ``top_k``. The shard is the tenant's own: no option can widen the scope. ``admit``
+        admits the generator reranker's work, when it runs."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
         params = SearchParams(
