@@ -2,7 +2,7 @@
 each layer withholds, what it flags that it should not, and what the judged layer costs.
 
     .venv/bin/python benchmarks/instruction_screen.py [--sets redteam,redteam-heldout]
-        [--min-scores -10,-9.5,-9,-8.5] [--wiki 2000]
+        [--min-scores -10,-9.5,-9,-8.5] [--wiki 2000] [--against-batch 16]
 
 Each document is read through Grounded's loaders (what ingestion stores). Per case:
 - "withheld": every sentence of the injection that reached the stored text is withheld;
@@ -12,6 +12,8 @@ Ordinary text: the other sentences of the red-team documents, and the Wikipedia 
 the evaluation corpora (benchmarks/.cache/eval/corpus-{en,fr}, written by retrieval_quality.py):
 sentences and documents flagged. The judge's scores are computed once per sentence and
 thresholded for each ``--min-scores`` value (the screen's cost is reported for one pass).
+``--against-batch N``: per set and threshold, the documents whose flagged spans differ when the
+judge scores N sentences per call instead of one (the INT8 scores depend on the batch).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.redteam.validate import norm as _norm  # noqa: E402
-from index.config import LoaderLimits, ScreenConfig  # noqa: E402
+from index.config import LoaderLimits  # noqa: E402
 from index.loaders import load_document  # noqa: E402
 from index.screening import find_instructions, withhold_instructions  # noqa: E402
 from serve.config import load_config  # noqa: E402
-from serve.query.rerank import instruction_judge  # noqa: E402
+from serve.query.rerank import cross_encoder, instruction_scorer  # noqa: E402
 
 CORPORA = ROOT / "benchmarks" / ".cache" / "eval"
 
@@ -45,11 +47,11 @@ def norm(text: str) -> str:
 
 
 class RecordingJudge:
-    """Scores every sentence once with the real judge (threshold -inf) and keeps the scores,
+    """Scores every sentence once with the screen's judge (pair by pair) and keeps the scores,
     so that each threshold is applied without judging again."""
 
     def __init__(self, rerank) -> None:
-        self.flag = instruction_judge(ScreenConfig(judge=True, min_score=-1e9), rerank)
+        self.scorer = instruction_scorer(rerank)
         self.scores: dict[str, float] = {}
         self.seconds = 0.0
         self.pairs = 0
@@ -58,10 +60,9 @@ class RecordingJudge:
         from index.screening import JUDGE_QUESTION
 
         started = time.perf_counter()
-        scorer = self.flag.__closure__[0].cell_contents  # the started cross-encoder
         new = [s for s in dict.fromkeys(sentences) if s not in self.scores]
         if new:
-            self.scores.update(zip(new, scorer._predict(JUDGE_QUESTION, new), strict=True))
+            self.scores.update(zip(new, self.scorer._predict(JUDGE_QUESTION, new), strict=True))
         self.seconds += time.perf_counter() - started
         self.pairs += len(new)
 
@@ -79,15 +80,21 @@ def sentences_of(text: str) -> list[str]:
     return [text[a:b] for a, b in _sentence_spans(text) if len(text[a:b].split()) >= 3]
 
 
-def red_team(name: str, judges: dict[str, object]) -> list[str]:
+def documents(name: str) -> list[tuple[dict, str]]:
+    """The set's cases, each with its document's text as ingestion stores it."""
     folder = ROOT / "benchmarks" / name
     cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+    paths = [folder / c["file"] if "/" in c["file"] else folder / "docs" / c["file"] for c in cases]
+    return [(case, load_document(path.read_bytes(), path.name, LoaderLimits()).text)
+            for case, path in zip(cases, paths, strict=True)]  # fmt: skip
+
+
+def red_team(name: str, judges: dict[str, object]) -> list[str]:
+    cases = documents(name)
     rows = []
     for layer, judge in judges.items():
         withheld = partly = never = lost = other_flagged = other_total = 0
-        for case in cases:
-            path = folder / case["file"] if "/" in case["file"] else folder / "docs" / case["file"]
-            text = load_document(path.read_bytes(), path.name, LoaderLimits()).text
+        for case, text in cases:
             flags = find_instructions(text, judge)
             kept = norm(withhold_instructions(text, [(f.start, f.end) for f in flags]))
             whole = norm(text)
@@ -125,24 +132,41 @@ def judge_alone(name: str, judges: dict[str, object]) -> list[str]:
     def asked(text: str) -> list[str]:
         return [s for s in sentences_of(text) if _IMPERATIVE.search(s) or _SECOND_PERSON.search(s)]
 
-    folder = ROOT / "benchmarks" / name
-    cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+    cases = documents(name)
     rows = []
     for layer, judge in judges.items():
         if judge is None:
             continue
         caught = flagged = total = 0
-        for case in cases:
+        for case, text in cases:
             injected = asked(case["injection"])
             caught += bool(injected) and any(judge(injected))
-            path = folder / case["file"] if "/" in case["file"] else folder / "docs" / case["file"]
-            text = load_document(path.read_bytes(), path.name, LoaderLimits()).text
             keys = [norm(s) for s in sentences_of(case["injection"])]
             other = [s for s in asked(text) if not any(norm(s) in k or k in norm(s) for k in keys)]
             total += len(other)
             flagged += sum(judge(other)) if other else 0
         rows.append(f"| {name} | {layer.removeprefix('keywords + ')} | {caught} of {len(cases)} | "
                     f"{flagged} of {total} |")  # fmt: skip
+    return rows
+
+
+def against_batch(name: str, thresholds: list[float], batch: int, rerank, recorder) -> list[str]:
+    """Per threshold, the documents whose flagged spans differ with ``batch`` sentences per call."""
+    from index.screening import JUDGE_QUESTION
+
+    batched = cross_encoder(rerank.model, "cpu", batch, max_tokens=128).start()
+    texts = [text for _, text in documents(name)]
+    rows = []
+    for threshold in thresholds:
+
+        def at_batch(sentences, threshold=threshold):
+            return [x >= threshold for x in batched._predict(JUDGE_QUESTION, sentences)]
+
+        differ = sum(
+            find_instructions(text, recorder.at(threshold)) != find_instructions(text, at_batch)
+            for text in texts
+        )
+        rows.append(f"| {name} | {threshold} | {differ} of {len(texts)} |")
     return rows
 
 
@@ -167,6 +191,13 @@ def main() -> None:
     parser.add_argument("--sets", default="redteam,redteam-heldout")
     parser.add_argument("--min-scores", default="-10,-9.5,-9,-8.5")
     parser.add_argument("--wiki", type=int, default=2000, help="summaries per language")
+    parser.add_argument(
+        "--against-batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare the flags with N sentences per judge call",
+    )
     args = parser.parse_args()
     config = load_config(Path(args.config), data_dir=ROOT / "data")
     recorder = RecordingJudge(config.query.rerank)
@@ -182,6 +213,15 @@ def main() -> None:
           "reader, flagged |\n|---|---|---|---|")  # fmt: skip
     for name in args.sets.split(","):
         print("\n".join(judge_alone(name, judges)), flush=True)
+    if args.against_batch:
+        thresholds = [float(t) for t in args.min_scores.split(",")]
+        print(f"\n| set | judge threshold | documents flagged otherwise at {args.against_batch} "
+              "sentences per call |\n|---|---|---|")  # fmt: skip
+        for name in args.sets.split(","):
+            rows = against_batch(
+                name, thresholds, args.against_batch, config.query.rerank, recorder
+            )
+            print("\n".join(rows), flush=True)
     print("\n| ordinary text | layers | flagged sentences | flagged documents |\n|---|---|---|---|")
     for language in ("en", "fr"):
         print("\n".join(ordinary(language, args.wiki, judges)), flush=True)

@@ -379,7 +379,18 @@ def judge(config: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderRerank
                          config.window)  # fmt: skip
 
 
-SCREEN_BATCH = 16  # sentences per judge call in the instruction screen
+def instruction_scorer(rerank: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
+    """The judge the instruction screen asks, started: the query path's model on the CPU, each
+    sentence scored alone (the ONNX judge's INT8 scores depend on the batch a pair is in, so a
+    sentence's flag would depend on its neighbours: benchmarks/RESULTS.md)."""
+    if rerank.backend != "cross-encoder" or not rerank.model:
+        raise ConfigError(
+            "index.screen.judge uses the relevance judge, but query.rerank.backend is "
+            f"{rerank.backend!r}: set query.rerank.backend: cross-encoder with its model, or "
+            "index.screen.judge: false",
+            param="index.screen.judge",
+        )
+    return cross_encoder(rerank.model, "cpu", max_tokens=128).start()
 
 
 def instruction_judge(screen: ScreenConfig, rerank: RerankConfig) -> InstructionJudge | None:
@@ -388,15 +399,7 @@ def instruction_judge(screen: ScreenConfig, rerank: RerankConfig) -> Instruction
     the CPU (a handful of short sentences per document). None when the screen has no judge."""
     if not screen.judge:
         return None
-    if rerank.backend != "cross-encoder" or not rerank.model:
-        raise ConfigError(
-            "index.screen.judge uses the relevance judge, but query.rerank.backend is "
-            f"{rerank.backend!r}: set query.rerank.backend: cross-encoder with its model, or "
-            "index.screen.judge: false",
-            param="index.screen.judge",
-        )
-    # batched as when its threshold was chosen (benchmarks/RESULTS.md)
-    scorer = cross_encoder(rerank.model, "cpu", SCREEN_BATCH, max_tokens=128).start()
+    scorer = instruction_scorer(rerank)
 
     def judged(sentences: Sequence[str]) -> list[bool]:
         return [score >= screen.min_score for score in scorer._predict(JUDGE_QUESTION, sentences)]
