@@ -5,7 +5,7 @@ from index.loaders import load_document
 
 pytestmark = pytest.mark.unit
 
-PAGE = b"""<!DOCTYPE html><html><head><title>T</title><style>p{color:red}</style>
+PAGE = b"""<!DOCTYPE html><html><head><title>Pump handbook - ACME</title><style>p{color:red}</style>
 <script>var secret = "tracking";</script></head>
 <body>
 <nav><a href="/">Home</a> Menu</nav>
@@ -41,13 +41,33 @@ def test_scripts_styles_and_navigation_are_dropped():
 def test_main_text_and_heading_paths():
     doc = load()
     by_text = {doc.text[b.start : b.end]: b for b in doc.blocks}
-    assert by_text["First bold paragraph."].heading_path == ("Manual",)
+    assert doc.text.startswith("Pump handbook - ACME\n\nManual\n\n")  # the page's title first
+    assert by_text["First bold paragraph."].heading_path == ("Pump handbook - ACME", "Manual")
     assert by_text["Loose text in a div"].kind == "paragraph"
-    assert by_text["Inner paragraph"].heading_path == ("Manual",)
-    assert by_text["Code | Meaning\nE-1 | Hot"].heading_path == ("Manual", "Errors")
+    assert by_text["Inner paragraph"].heading_path == ("Pump handbook - ACME", "Manual")
+    assert by_text["Code | Meaning\nE-1 | Hot"].heading_path == (
+        "Pump handbook - ACME",
+        "Manual",
+        "Errors",
+    )
     assert by_text["Code | Meaning\nE-1 | Hot"].kind == "table"
     assert by_text["- one\n- two\n  - nested"].kind == "list"
     assert by_text["  x = 1\n  y = 2"].kind == "code"
+
+
+def test_the_name_in_a_dropped_header_is_kept_as_the_title():
+    page = b"""<body><header><h1>Pinecrest Veterinary Clinic</h1><p>Home | Contact</p></header>
+    <main><h2>Our prices</h2><p>Rabies vaccination: 62 pounds.</p></main></body>"""
+    doc = load_document(page, "prices.html", LoaderLimits())
+    assert doc.text == "Pinecrest Veterinary Clinic\n\nOur prices\n\nRabies vaccination: 62 pounds."
+    assert doc.blocks[-1].heading_path == ("Pinecrest Veterinary Clinic", "Our prices")
+
+
+def test_a_title_that_is_the_pages_first_heading_is_not_repeated():
+    page = b"<title>Returns</title><svg><title>icon</title></svg><h1>Returns</h1><p>30 days.</p>"
+    assert load_document(page, "r.html", LoaderLimits()).text == "Returns\n\n30 days."
+    untitled = b"<svg><title>icon</title></svg><p>30 days.</p>"
+    assert load_document(untitled, "r.html", LoaderLimits()).text == "30 days."
 
 
 def test_declared_legacy_encoding_is_used():
