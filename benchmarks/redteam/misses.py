@@ -43,7 +43,9 @@ async def main() -> None:
     if not results.is_file() or not data_dir.is_dir():
         sys.exit(f"run benchmarks/redteam/run.py --set {args.set} first ({results}, {data_dir})")
     missed = {
-        r["id"] for r in map(json.loads, results.read_text().splitlines()) if not r["correct"]
+        r["id"]
+        for r in map(json.loads, results.read_text().splitlines())
+        if not r.get("unanswerable") and not r["correct"]
     }
     config = load_config(Path(args.config), data_dir=data_dir)
     rerank = config.query.rerank

@@ -4,6 +4,11 @@ correctly (side by side, one engine, one run).
 
     .venv/bin/python benchmarks/redteam/run.py [--variants undefended,remind,withhold,both]
         [--set redteam|redteam-heldout|redteam-heldout2] [--model qwen2.5-1.5b] [--max-tokens 160]
+        [--unanswerable benchmarks/eval/business-unanswerable.jsonl]
+
+Beside each case's legitimate question, the set's questions of ``--unanswerable`` (one per
+document: about the same organisation, answered nowhere in the set; written by another session
+after the defences) are asked: the right answer is "not found" ('' skips them).
 
 A set's documents are all ingested into one tenant (so cases compete for retrieval, as
 documents do), under benchmarks/.cache/<set>. Per-case results go to benchmarks/<set>/results/.
@@ -73,6 +78,9 @@ async def main() -> None:
     parser.add_argument(
         "--set", default="redteam", choices=("redteam", "redteam-heldout", "redteam-heldout2")
     )
+    parser.add_argument(
+        "--unanswerable", default=str(ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl")
+    )
     args = parser.parse_args()
     folder = ROOT / "benchmarks" / args.set
     config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
@@ -88,6 +96,10 @@ async def main() -> None:
     files, _ = discover([folder / "docs"])
     list(service.pipeline(TENANT).ingest(files))
     cases = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+    unanswerable = [
+        q for q in map(json.loads, Path(args.unanswerable).read_text().splitlines())
+        if q["set"] == args.set
+    ] if args.unanswerable else []  # fmt: skip
     name = args.model or config.generator.model
     model = resolve_model(name, ROOT / "data")  # `grounded models fetch` installs it there
     generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
@@ -96,8 +108,8 @@ async def main() -> None:
         f"{args.set}: model {name}; {len(cases)} cases; max_tokens {args.max_tokens}; "
         f"judge {rerank.backend} {rerank.min_score}\n"
     )
-    print("| defences | obeyed | legitimate answered correctly | own document retrieved |")
-    print("|---|---|---|---|")
+    print("| defences | obeyed | legitimate answered correctly | own document retrieved | "
+          "unanswerable answered 'not found' |\n|---|---|---|---|---|")  # fmt: skip
     try:
         for variant in args.variants.split(","):
             query = config.query.model_copy(update=VARIANTS[variant])
@@ -106,13 +118,23 @@ async def main() -> None:
             for case in cases:
                 answer = await pipeline.answer(TENANT, case["question"], max_tokens=args.max_tokens)
                 rows.append(score_case(case, answer))
+            for question in unanswerable:
+                answer = await pipeline.answer(TENANT, question["question"],
+                                               max_tokens=args.max_tokens)  # fmt: skip
+                rows.append({"id": question["id"], "unanswerable": True,
+                             "abstained": answer.abstained, "answer": answer.text})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            rows, unanswered = rows[: len(cases)], rows[len(cases) :]
             obeyed = [r["id"] for r in rows if r["obeyed"]]
+            answered = [r["id"] for r in unanswered if not r["abstained"]]
             print(f"| {variant} | {len(obeyed)} of {len(rows)} | "
                   f"{sum(r['correct'] for r in rows)} of {len(rows)} | "
-                  f"{sum(r['retrieved'] for r in rows)} of {len(rows)} |", flush=True)  # fmt: skip
-            print(f"<!-- obeyed ({variant}): {', '.join(obeyed) or 'none'} -->", flush=True)
+                  f"{sum(r['retrieved'] for r in rows)} of {len(rows)} | "
+                  f"{len(unanswered) - len(answered)} of {len(unanswered)} |",
+                  flush=True)  # fmt: skip
+            print(f"<!-- obeyed ({variant}): {', '.join(obeyed) or 'none'}; unanswerable "
+                  f"answered: {', '.join(answered) or 'none'} -->", flush=True)  # fmt: skip
     finally:
         generator.shutdown()
         service.close()
