@@ -65,8 +65,13 @@ def score_case(case: dict, answer) -> dict:
     return {
         "id": case["id"], "technique": case["technique"], "obeyed": obeyed, "correct": correct,
         "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
-        "abstained": answer.abstained, "answer": answer.text,
+        "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
     }  # fmt: skip
+
+
+def quote_of(answer) -> str | None:
+    """The quote a quoted answer's citation carries (None: prose, or not found)."""
+    return next((c.quote for c in answer.cited if c.quote), None)
 
 
 async def main() -> None:
@@ -121,8 +126,9 @@ async def main() -> None:
             for question in unanswerable:
                 answer = await pipeline.answer(TENANT, question["question"],
                                                max_tokens=args.max_tokens)  # fmt: skip
-                rows.append({"id": question["id"], "unanswerable": True,
-                             "abstained": answer.abstained, "answer": answer.text})  # fmt: skip
+                rows.append({"id": question["id"], "unanswerable": True, "abstained":
+                             answer.abstained, "answer": answer.text,
+                             "quote": quote_of(answer)})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             rows, unanswered = rows[: len(cases)], rows[len(cases) :]

@@ -1,0 +1,146 @@
+"""Does the judge gate carry to short business documents? On the red-team sets' documents (a
+tenant per set, as benchmarks/redteam/run.py builds it), each case's legitimate question
+(answerable) and the set's question of benchmarks/eval/business-unanswerable.jsonl (about the
+same organisation, answered nowhere): the best judge score among the 20 candidates the query
+path reads, against the shipped per-language thresholds (`query.rerank.min_score`), and a
+threshold chosen on the development set (redteam) by judge_gate.py's rule. No generator.
+
+    .venv/bin/python benchmarks/business_gate.py [--sets redteam,redteam-heldout,redteam-heldout2]
+
+Two readings of a candidate: its text (what the query path judges), and its heading path
+(title > section) followed by its text.
+
+After the gate, the answers: from a run's results (benchmarks/<set>/results/<--results>, written
+by benchmarks/redteam/run.py with the quotes), the judge's score of each answered question
+against the sentence the model quoted, by outcome (correct, wrong, unanswerable answered): would
+a judge on the quote tell a wrong answer from a right one?
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.judge_gate import choose, rates  # noqa: E402
+from index.pipeline import discover  # noqa: E402
+from index.service import IndexService  # noqa: E402
+from serve.config import load_config  # noqa: E402
+from serve.models import fetch  # noqa: E402
+from serve.query.language import detect_language  # noqa: E402
+from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
+from serve.query.retrieval import LocalSearcher  # noqa: E402
+
+UNANSWERABLE = ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl"
+READINGS = {
+    "text": lambda hit: hit.text,
+    "heading path + text": lambda hit: (
+        "\n\n".join([" > ".join(hit.heading_path), hit.text]) if hit.heading_path else hit.text
+    ),
+}
+
+
+async def best_scores(config, judge, name: str) -> list[dict]:
+    """Per question of the set: its language, whether it is answerable, and per reading the
+    best judge score among the candidates (-99 when nothing is retrieved)."""
+    folder = ROOT / "benchmarks" / name
+    with tempfile.TemporaryDirectory() as data_dir:
+        service = IndexService(config.index, Path(data_dir)).start()
+        files, _ = discover([folder / "docs"])
+        list(service.pipeline("set").ingest(files))
+        query = config.query.model_copy(update={"rerank": RerankConfig()})  # as retrieved
+        pipeline = QueryPipeline(LocalSearcher(service), None, query)
+        cases = map(json.loads, (folder / "cases.jsonl").read_text().splitlines())
+        questions = [(c["question"], True) for c in cases] + [
+            (q["question"], False)
+            for q in map(json.loads, UNANSWERABLE.read_text().splitlines())
+            if q["set"] == name
+        ]
+        rows = []
+        for question, answerable in questions:
+            options = QueryOptions(top_k=config.query.rerank.candidates, gate=False)
+            hits = await pipeline.retrieve("set", question, options)
+            row = {"language": detect_language(question), "answerable": answerable}
+            for reading, read in READINGS.items():
+                scores = await judge.scores(question, [read(h) for h in hits]) if hits else []
+                row[reading] = max(scores, default=-99.0)
+            rows.append(row)
+        service.close()
+    return rows
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
+    parser.add_argument("--sets", default="redteam,redteam-heldout,redteam-heldout2")
+    parser.add_argument("--max-false", type=float, default=0.10)
+    parser.add_argument("--results", default="qwen2.5-1.5b-quoted.jsonl")
+    args = parser.parse_args()
+    config = load_config(Path(args.config))
+    shipped = config.query.rerank.min_score
+    judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
+                                     max_tokens=config.query.rerank.max_tokens).start()  # fmt: skip
+    by_set = {name: await best_scores(config, judge, name) for name in args.sets.split(",")}
+    dev = by_set.get("redteam", [])
+    print(f"thresholds: shipped {shipped}; chosen on redteam (English questions, at most "
+          f"{args.max_false:.0%} of the answerable turned away)\n")  # fmt: skip
+    print("| set | reading | threshold | answerable turned away | unanswerable turned away |")
+    print("|---|---|---|---|---|")
+    for reading in READINGS:
+        english = [(r[reading], r["answerable"]) for r in dev if r["language"] == "en"]
+        chosen = choose(english, args.max_false) if english else None
+        for name, rows in by_set.items():
+            gated = [(r[reading], r["answerable"], shipped.get(r["language"])) for r in rows]
+            gated = [(s, a, t) for s, a, t in gated if t is not None]
+            answerable = [s < t for s, a, t in gated if a]
+            unanswerable = [s < t for s, a, t in gated if not a]
+            print(f"| {name} | {reading} | shipped | {sum(answerable)} of {len(answerable)} | "
+                  f"{sum(unanswerable)} of {len(unanswerable)} |")  # fmt: skip
+            if chosen is not None:
+                english = [(r[reading], r["answerable"]) for r in rows if r["language"] == "en"]
+                unanswered, lost = rates(english, chosen)
+                print(f"| {name} (English) | {reading} | {chosen:.3f} (dev) | {lost:.2f} | "
+                      f"{unanswered:.2f} |", flush=True)  # fmt: skip
+    await quote_scores(judge, args.sets.split(","), args.results, [-5.0, -2.5, 0.0, 2.5])
+
+
+async def quote_scores(judge, sets: list[str], results: str, thresholds: list[float]) -> None:
+    """Per set and threshold, the answered questions whose quote the judge scores under it."""
+    questions = {
+        q["id"]: q["question"] for q in map(json.loads, UNANSWERABLE.read_text().splitlines())
+    }
+    print("\n| set | quote judge threshold | correct answers under it | wrong answers under it | "
+          "unanswerable answered, under it |\n|---|---|---|---|---|")  # fmt: skip
+    for name in sets:
+        path = ROOT / "benchmarks" / name / "results" / results
+        if not path.is_file():
+            continue
+        folder = path.parent.parent
+        cases = (folder / "cases.jsonl").read_text().splitlines()
+        questions |= {c["id"]: c["question"] for c in map(json.loads, cases)}
+        answered = [r for r in map(json.loads, path.read_text().splitlines())
+                    if not r["abstained"] and r.get("quote")]  # fmt: skip
+        if not answered:  # no quotes: a run from before run.py recorded them
+            continue
+        scored = [((await judge.scores(questions[r["id"]], [r["quote"]]))[0],
+                   "unanswerable" if r.get("unanswerable") else
+                   "correct" if r["correct"] else "wrong") for r in answered]  # fmt: skip
+        for threshold in thresholds:
+            counts = {kind: (sum(s < threshold for s, k in scored if k == kind),
+                             sum(k == kind for _, k in scored))
+                      for kind in ("correct", "wrong", "unanswerable")}  # fmt: skip
+            cells = " | ".join(f"{under} of {total}" for under, total in counts.values())
+            print(f"| {name} | {threshold} | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
