@@ -87,8 +87,10 @@ async def main() -> None:
     args = parser.parse_args()
     config = load_config(Path(args.config))
     shipped = config.query.rerank.min_score
-    judge = OnnxCrossEncoderReranker(str(fetch("ms-marco-minilm-l12", ROOT / "data")), "cpu",
-                                     max_tokens=config.query.rerank.max_tokens).start()  # fmt: skip
+    rerank = config.query.rerank  # the query path's judge, as configured
+    folder = str(fetch("ms-marco-minilm-l12", ROOT / "data"))
+    judge = OnnxCrossEncoderReranker(folder, "cpu", max_tokens=rerank.max_tokens,
+                                     window=rerank.window).start()  # fmt: skip
     by_set = {name: await best_scores(config, judge, name) for name in args.sets.split(",")}
     dev = by_set.get("redteam", [])
     print(f"thresholds: shipped {shipped}; chosen on redteam (English questions, at most "
@@ -107,9 +109,9 @@ async def main() -> None:
                   f"{sum(unanswerable)} of {len(unanswerable)} |")  # fmt: skip
             if chosen is not None:
                 english = [(r[reading], r["answerable"]) for r in rows if r["language"] == "en"]
-                unanswered, lost = rates(english, chosen)
+                caught, lost = rates(english, chosen)
                 print(f"| {name} (English) | {reading} | {chosen:.3f} (dev) | {lost:.2f} | "
-                      f"{unanswered:.2f} |", flush=True)  # fmt: skip
+                      f"{caught:.2f} |", flush=True)  # fmt: skip
     await quote_scores(judge, args.sets.split(","), args.results, [-5.0, -2.5, 0.0, 2.5])
 
 
