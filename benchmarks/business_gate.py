@@ -49,32 +49,31 @@ READINGS = {
 }
 
 
-async def best_scores(config, judge, name: str) -> list[dict]:
-    """Per question of the set: its language, whether it is answerable, and per reading the
-    best judge score among the candidates (-99 when nothing is retrieved)."""
+def unanswerable() -> list[dict]:
+    return [json.loads(line) for line in UNANSWERABLE.read_text().splitlines()]
+
+
+async def best_scores(service: IndexService, config, judge, name: str) -> list[dict]:
+    """Per question of the set (its documents ingested as a tenant of ``service``): its
+    language, whether it is answerable, and per reading the best judge score among the
+    candidates (-99 when nothing is retrieved)."""
     folder = ROOT / "benchmarks" / name
-    with tempfile.TemporaryDirectory() as data_dir:
-        service = IndexService(config.index, Path(data_dir)).start()
-        files, _ = discover([folder / "docs"])
-        list(service.pipeline("set").ingest(files))
-        query = config.query.model_copy(update={"rerank": RerankConfig()})  # as retrieved
-        pipeline = QueryPipeline(LocalSearcher(service), None, query)
-        cases = map(json.loads, (folder / "cases.jsonl").read_text().splitlines())
-        questions = [(c["question"], True) for c in cases] + [
-            (q["question"], False)
-            for q in map(json.loads, UNANSWERABLE.read_text().splitlines())
-            if q["set"] == name
-        ]
-        rows = []
-        for question, answerable in questions:
-            options = QueryOptions(top_k=config.query.rerank.candidates, gate=False)
-            hits = await pipeline.retrieve("set", question, options)
-            row = {"language": detect_language(question), "answerable": answerable}
-            for reading, read in READINGS.items():
-                scores = await judge.scores(question, [read(h) for h in hits]) if hits else []
-                row[reading] = max(scores, default=-99.0)
-            rows.append(row)
-        service.close()
+    files, _ = discover([folder / "docs"])
+    list(service.pipeline(name).ingest(files))
+    query = config.query.model_copy(update={"rerank": RerankConfig()})  # as retrieved
+    pipeline = QueryPipeline(LocalSearcher(service), None, query)
+    cases = map(json.loads, (folder / "cases.jsonl").read_text().splitlines())
+    questions = [(c["question"], True) for c in cases]
+    questions += [(q["question"], False) for q in unanswerable() if q["set"] == name]
+    rows = []
+    for question, answerable in questions:
+        options = QueryOptions(top_k=config.query.rerank.candidates, gate=False)
+        hits = await pipeline.retrieve(name, question, options)
+        row = {"language": detect_language(question), "answerable": answerable}
+        for reading, read in READINGS.items():
+            scores = await judge.scores(question, [read(h) for h in hits]) if hits else []
+            row[reading] = max(scores, default=-99.0)
+        rows.append(row)
     return rows
 
 
@@ -85,13 +84,20 @@ async def main() -> None:
     parser.add_argument("--max-false", type=float, default=0.10)
     parser.add_argument("--results", default="qwen2.5-1.5b-quoted.jsonl")
     args = parser.parse_args()
+    sets = args.sets.split(",")
+    if unknown := [name for name in sets if not (ROOT / "benchmarks" / name / "docs").is_dir()]:
+        parser.error(f"--sets: no red-team set {', '.join(unknown)} under benchmarks/ "
+                     "(redteam, redteam-heldout, redteam-heldout2)")  # fmt: skip
     config = load_config(Path(args.config))
     shipped = config.query.rerank.min_score
     rerank = config.query.rerank  # the query path's judge, as configured
     folder = str(fetch("ms-marco-minilm-l12", ROOT / "data"))
     judge = OnnxCrossEncoderReranker(folder, "cpu", max_tokens=rerank.max_tokens,
                                      window=rerank.window).start()  # fmt: skip
-    by_set = {name: await best_scores(config, judge, name) for name in args.sets.split(",")}
+    with tempfile.TemporaryDirectory() as data_dir:  # a tenant per set
+        service = IndexService(config.index, Path(data_dir)).start()
+        by_set = {name: await best_scores(service, config, judge, name) for name in sets}
+        service.close()
     dev = by_set.get("redteam", [])
     print(f"thresholds: shipped {shipped}; chosen on redteam (English questions, at most "
           f"{args.max_false:.0%} of the answerable turned away)\n")  # fmt: skip
@@ -112,14 +118,12 @@ async def main() -> None:
                 caught, lost = rates(english, chosen)
                 print(f"| {name} (English) | {reading} | {chosen:.3f} (dev) | {lost:.2f} | "
                       f"{caught:.2f} |", flush=True)  # fmt: skip
-    await quote_scores(judge, args.sets.split(","), args.results, [-5.0, -2.5, 0.0, 2.5])
+    await quote_scores(judge, sets, args.results, [-5.0, -2.5, 0.0, 2.5])
 
 
 async def quote_scores(judge, sets: list[str], results: str, thresholds: list[float]) -> None:
     """Per set and threshold, the answered questions whose quote the judge scores under it."""
-    questions = {
-        q["id"]: q["question"] for q in map(json.loads, UNANSWERABLE.read_text().splitlines())
-    }
+    questions = {q["id"]: q["question"] for q in unanswerable()}
     print("\n| set | quote judge threshold | correct answers under it | wrong answers under it | "
           "unanswerable answered, under it |\n|---|---|---|---|---|")  # fmt: skip
     for name in sets:

@@ -87,6 +87,8 @@ async def main() -> None:
         "--unanswerable", default=str(ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl")
     )
     args = parser.parse_args()
+    if args.unanswerable and not Path(args.unanswerable).is_file():
+        parser.error(f"--unanswerable: no file {args.unanswerable} ('' to ask none)")
     folder = ROOT / "benchmarks" / args.set
     config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
     rerank = config.query.rerank
@@ -123,15 +125,16 @@ async def main() -> None:
             for case in cases:
                 answer = await pipeline.answer(TENANT, case["question"], max_tokens=args.max_tokens)
                 rows.append(score_case(case, answer))
+            unanswered = []
             for question in unanswerable:
                 answer = await pipeline.answer(TENANT, question["question"],
                                                max_tokens=args.max_tokens)  # fmt: skip
-                rows.append({"id": question["id"], "unanswerable": True, "abstained":
-                             answer.abstained, "answer": answer.text,
-                             "quote": quote_of(answer)})  # fmt: skip
+                unanswered.append({"id": question["id"], "unanswerable": True, "abstained":
+                                   answer.abstained, "answer": answer.text,
+                                   "quote": quote_of(answer)})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
-            out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-            rows, unanswered = rows[: len(cases)], rows[len(cases) :]
+            out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                   for r in rows + unanswered))  # fmt: skip
             obeyed = [r["id"] for r in rows if r["obeyed"]]
             answered = [r["id"] for r in unanswered if not r["abstained"]]
             print(f"| {variant} | {len(obeyed)} of {len(rows)} | "

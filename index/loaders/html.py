@@ -33,6 +33,7 @@ _DROPPED = (
     "head",
     "title",  # the page's title is read apart (_page_title)
 )
+_NEVER_SHOWN = ("svg", "template", "noscript", "script", "style")  # a <title> or <h1> in these
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _PARAGRAPHS = ("p", "dt", "dd", "figcaption", "caption", "address", "summary")
 _LISTS = ("ul", "ol")
@@ -60,8 +61,11 @@ def _page_title(soup: BeautifulSoup) -> str:
     """What names the page: its <title>, else its first <h1> (often in a <header>, which is
     dropped with the rest of the page's chrome). "Prices" under a clinic's name is the clinic's
     price list: without the name, neither a reader of the chunk nor the judge can tell."""
-    title = soup.find(lambda tag: tag.name == "title" and not tag.find_parent("svg"))
-    for tag in (title, soup.find("h1")):
+
+    def named(name: str):  # the first such tag that a browser could show as the page's
+        return soup.find(lambda tag: tag.name == name and not tag.find_parent(_NEVER_SHOWN))
+
+    for tag in (named("title"), named("h1")):
         text = collapse_whitespace(tag.get_text(" ")) if tag else ""
         if text:
             return text

@@ -68,6 +68,10 @@ def test_a_title_that_is_the_pages_first_heading_is_not_repeated():
     assert load_document(page, "r.html", LoaderLimits()).text == "Returns\n\n30 days."
     untitled = b"<svg><title>icon</title></svg><p>30 days.</p>"
     assert load_document(untitled, "r.html", LoaderLimits()).text == "30 days."
+    never_shown = (
+        b"<template><h1>Draft</h1></template><noscript><h1>No JS</h1></noscript><p>30 days.</p>"
+    )
+    assert load_document(never_shown, "r.html", LoaderLimits()).text == "30 days."
 
 
 def test_declared_legacy_encoding_is_used():
