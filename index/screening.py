@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from index.text import unwrap_soft_breaks
+
 _STRUCTURE = re.compile(
     r"<\|(?:im_start|im_end|endoftext|system|user|assistant|eot_id|start_header_id)\|>"
     r"|\[/?INST\]|<</?SYS>>|^\s*#{2,}\s*(?:instruction|system|response)\b"
@@ -76,15 +78,8 @@ _IMPERATIVE = re.compile(
     re.IGNORECASE,
 )
 # A sentence ends at . ! ? followed by a space or the end (not "file.txt", "3.5"), or at a
-# line break; a line wrapped mid-sentence (PDF text) is joined first (see _unwrap).
+# line break; a line wrapped mid-sentence (PDF text) is joined first (unwrap_soft_breaks).
 _SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?]+(?=[^\s.!?]))*(?:[.!?]+|\n|$)")
-_SOFT_BREAK = re.compile(r"(?<=[^\s.!?:;])\n(?=[ \t]*[a-z0-9(\[\"'«])")
-
-
-def _unwrap(text: str) -> str:
-    """Line breaks inside a sentence (a wrapped line, continuing in lower case) as spaces;
-    same length, so offsets are unchanged."""
-    return _SOFT_BREAK.sub(" ", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +124,7 @@ def find_instructions(text: str, judge: InstructionJudge | None = None) -> list[
 
 def _sentence_spans(text: str) -> list[tuple[int, int]]:
     spans = []
-    for match in _SENTENCE.finditer(_unwrap(text)):
+    for match in _SENTENCE.finditer(unwrap_soft_breaks(text)):
         sentence = match.group(0)
         if sentence.strip():
             start = match.start() + len(sentence) - len(sentence.lstrip())
@@ -145,7 +140,7 @@ def _keyword_flags(text: str) -> list[FlaggedPassage]:
     pending, opened_at = 0, -1  # sentences still governed; where the address began
     introduced = False  # the last flagged sentence ended with ":" (its payload follows)
     line_ended = False  # the previous piece ended a line
-    for match in _SENTENCE.finditer(_unwrap(text)):
+    for match in _SENTENCE.finditer(unwrap_soft_breaks(text)):
         sentence = match.group(0)
         if not sentence.strip():
             if "\n" in sentence and line_ended:

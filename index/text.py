@@ -36,3 +36,19 @@ def clean_text(raw: str, *, keep_indent: bool = False) -> str:
 def collapse_whitespace(raw: str) -> str:
     """Clean ``raw`` and fold all whitespace runs to single spaces (headings, HTML inline text)."""
     return " ".join(clean_text(raw).split())
+
+
+# A line break inside a sentence: after a character that does not end one, before a line that
+# goes on with a lower-case letter, a digit, a bracket or a quote (hard-wrapped text, PDF lines).
+_LINE_BREAK = re.compile(r"(?<=[^\s.!?:;])\n(?=[ \t]*(\S))")
+
+
+def continues_sentence(line: str) -> bool:
+    """``line`` (after a break) goes on with a sentence rather than starting one."""
+    first = line.lstrip()[:1]
+    return first.islower() or first.isdigit() or first in "([\"'«"
+
+
+def unwrap_soft_breaks(text: str) -> str:
+    """Line breaks inside a sentence as spaces; the same length, so offsets are unchanged."""
+    return _LINE_BREAK.sub(lambda m: " " if continues_sentence(m.group(1)) else "\n", text)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from itertools import pairwise
 from typing import Protocol
 
 from index.config import LoaderLimits
 from index.errors import FileTooLargeError
-from index.text import clean_text
+from index.text import clean_text, continues_sentence
 from index.types import Block, BlockKind, Document
 
 BLOCK_SEPARATOR = "\n\n"
@@ -70,6 +72,63 @@ class DocumentBuilder:
         )
 
 
-def paragraphs(text: str) -> list[str]:
-    """Split plain text on blank lines."""
-    return [p for p in clean_text(text).split(BLOCK_SEPARATOR) if p.strip()]
+def paragraphs(text: str, width: int | None = None) -> list[str]:
+    """Split plain text on blank lines, each paragraph's hard-wrapped lines joined (``width``:
+    the measure of the page they are on; by default, of ``text``)."""
+    text = clean_text(text)
+    width = measure(text) if width is None else width
+    return [unwrap(p, width) for p in text.split(BLOCK_SEPARATOR) if p.strip()]
+
+
+# A line that starts an item: a bullet, or an enumerator ("3.", "b)", "(iv)"); a rule or underline.
+_BULLET = re.compile(r"\s*[-*+•–·▪◦](?:\s|$)")
+_ENUMERATOR = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,5})[.)](?:\s|$)")
+_RULE = re.compile(r"\s*([-=_*~#])\1{2,}\s*$")
+MIN_MEASURE = 40  # lines all shorter than this are not wrapped prose (an address, a list)
+
+
+def measure(text: str) -> int:
+    """The width text is wrapped at, in characters: the length that nine lines in ten do not
+    exceed (a long unwrapped line does not set it)."""
+    lengths = sorted(len(line) for line in text.split("\n") if line.strip())
+    return lengths[int((len(lengths) - 1) * 0.9 + 0.5)] if lengths else 0
+
+
+def unwrap(paragraph: str, width: int) -> str:
+    """Hard-wrapped lines (plain text, PDF lines) joined into the lines they were wrapped
+    from, so that a sentence is one line.
+
+    A break is a wrap when its line is no longer than the measure (with a margin for PDF's
+    proportional type) and either fills it (the next word would not have fitted) or is long
+    and ends mid-sentence before a line that goes on in lower case. A line that starts with a
+    bullet, a rule or an underline is its own; so is one that starts with an enumerator after
+    a finished line, a short line without end punctuation after a finished sentence (a PDF's
+    heading), and a line in lower case after a finished sentence (a chat or log record)."""
+    if width < MIN_MEASURE:
+        return paragraph
+    lines = paragraph.split("\n")
+    joined = [lines[0]]
+    for previous, line in pairwise(lines):
+        joined_to = previous.rstrip()
+        words = line.split(maxsplit=1)
+        ended = joined_to[-1:] in ".!?"
+        length = len(joined_to)
+        fills = length + 1 + len(words[0] if words else "") > 0.9 * width
+        mid_sentence = length >= 0.6 * width and joined_to[-1:] not in ".!?:;"
+        wraps = length <= 1.2 * width and (
+            (fills and not (ended and continues_sentence(line)))
+            or (mid_sentence and continues_sentence(line))
+        )
+        own = (
+            not words
+            or _BULLET.match(line)
+            or _RULE.match(line)
+            or _RULE.match(previous)
+            or (_ENUMERATOR.match(line) and not (fills and not ended))
+            or (ended and len(line.strip()) < 0.6 * width and line.rstrip()[-1:] not in ".!?:;,")
+        )
+        if wraps and not own:
+            joined[-1] = f"{joined[-1].rstrip()} {line.strip()}"
+        else:
+            joined.append(line)
+    return "\n".join(joined)

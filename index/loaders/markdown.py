@@ -22,12 +22,16 @@ _CONTAINERS: dict[str, BlockKind] = {
 
 
 def _inline_text(token: Token) -> str:
-    """Plain text of an inline token: markup and link targets dropped, image alt text kept."""
+    """Plain text of an inline token: markup and link targets dropped, image alt text kept. A
+    soft line break (a paragraph wrapped in the source) is a space, as CommonMark renders it;
+    a hard one ("  " or "\\" at the end of a line) stays a line break."""
     out: list[str] = []
     for child in token.children or []:
         if child.type in ("text", "code_inline", "image"):
             out.append(child.content)
-        elif child.type in ("softbreak", "hardbreak"):
+        elif child.type == "softbreak":
+            out.append(" ")
+        elif child.type == "hardbreak":
             out.append("\n")
     return "".join(out)
 

@@ -11,7 +11,7 @@ from pypdf.errors import PyPdfError
 
 from index.config import LoaderLimits
 from index.errors import FileTooLargeError, MalformedDocumentError
-from index.loaders.base import DocumentBuilder, paragraphs
+from index.loaders.base import DocumentBuilder, measure, paragraphs
 from index.text import clean_text, collapse_whitespace
 from index.types import Document
 
@@ -55,13 +55,15 @@ def _add_page(
     """Add one page's paragraphs; a line equal to an outline title on this page starts its
     section. Returns the heading path in force at the end of the page."""
     lines: list[str] = []
+    text = clean_text(_HYPHENATED.sub("", raw))
+    width = measure(text)
 
     def flush() -> None:
-        for paragraph in paragraphs("\n".join(lines)):
+        for paragraph in paragraphs("\n".join(lines), width):
             builder.add(paragraph, "paragraph", path, page=number)
         lines.clear()
 
-    for line in clean_text(_HYPHENATED.sub("", raw)).split("\n"):
+    for line in text.split("\n"):
         if starts_here and collapse_whitespace(line) == starts_here[0][1][-1]:
             flush()
             path = starts_here.pop(0)[1]

@@ -17,11 +17,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from index.text import unwrap_soft_breaks
 from serve.query.gate import is_not_found
 from serve.query.prompt import Source
 
 _CITATION = re.compile(r"\s?\[(\d+(?:\s*,\s*\d+)*)\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?…。])\s+|\n+")
+# A piece that is only an enumerator ("1.", "b.", "iv."): the start of the sentence after it.
+_ENUMERATOR = re.compile(r"(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,5})\.")
 _LEADING_CITATIONS = re.compile(r"^(?:\[\d+(?:\s*,\s*\d+)*\]\s*)+")
 _WORD = re.compile(r"\w+")
 
@@ -86,10 +89,12 @@ def support(sentence: str, evidence: str) -> float:
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence in ``text``, with citation markers that open a piece
     moved back to the sentence before ("Leave is 27 days. [1] Sick..." cites [1] for the first
-    sentence)."""
+    sentence). A line wrapped inside a sentence does not end it, and a list item's number
+    ("1. Put the coffee...") belongs to its sentence."""
     spans: list[tuple[int, int]] = []
     start = 0
-    breaks = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(text)]
+    opened: int | None = None  # where a sentence began that an enumerator opened
+    breaks = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(unwrap_soft_breaks(text))]
     for end, after in [*breaks, (len(text), len(text))]:
         piece = text[start:end]
         a = start + len(piece) - len(piece.lstrip())
@@ -98,9 +103,15 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         if leading and spans:
             spans[-1] = (spans[-1][0], a + len(leading.group(0).rstrip()))
             a += leading.end()
-        if a < b:
+        if opened is not None:
+            a, opened = opened, None
+        if _ENUMERATOR.fullmatch(text[a:b]) and "\n" not in text[b:after]:
+            opened = a
+        elif a < b:
             spans.append((a, b))
         start = after
+    if opened is not None:
+        spans.append((opened, len(text.rstrip())))
     return spans
 
 

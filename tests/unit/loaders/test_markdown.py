@@ -74,3 +74,19 @@ def test_raw_html_blocks_keep_only_their_visible_text():
     text = load().text
     assert "Raw HTML note" in text
     assert "<div" not in text and "alert" not in text and "comment" not in text
+
+
+def test_a_paragraph_wrapped_in_the_source_is_one_line_and_a_hard_break_stays():
+    source = (
+        b"An adult cardholder can borrow up to **12 items at a time**, of which no more\n"
+        b"than four may be DVDs.\n\n"
+        b"- Items can be returned to any library in the\n  county network.\n\n"
+        b"Fernhill Library  \nHigh Street 4\n"
+    )
+    doc = load_document(source, "rules.md", LoaderLimits())
+    assert doc.text.split("\n\n") == [
+        "An adult cardholder can borrow up to 12 items at a time, of which no more than four "
+        "may be DVDs.",
+        "- Items can be returned to any library in the county network.",
+        "Fernhill Library\nHigh Street 4",
+    ]

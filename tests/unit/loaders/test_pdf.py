@@ -49,3 +49,15 @@ def test_non_pdf_bytes_with_pdf_extension_are_refused():
 def test_page_limit_names_the_limit():
     with pytest.raises(FileTooLargeError, match=r"2 pages is more than limits\.max_pages \(1\)"):
         load_document(make_pdf(PAGES), "m.pdf", LoaderLimits(max_pages=1))
+
+
+def test_lines_wrapped_on_the_page_are_joined_into_their_sentences():
+    sentence = (
+        "The primary caregiver is entitled to sixteen weeks of parental leave on full pay, "
+        "which may be followed by up to thirty-six further weeks of unpaid leave where the "
+        "employee asks for it in writing."
+    )
+    pdf = make_pdf([[("2. Leave for the primary caregiver", sentence)]])
+    doc = load_document(pdf, "policy.pdf", LoaderLimits())
+    assert sentence in doc.text.split("\n")
+    assert "2. Leave for the primary caregiver" in doc.text.split("\n")

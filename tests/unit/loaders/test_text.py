@@ -59,3 +59,64 @@ def test_empty_file_gives_an_empty_document():
 )
 def test_legacy_code_pages_are_detected(text, encoding):
     assert load_document(text.encode(encoding), "legacy.txt", LoaderLimits()).text == text
+
+
+WRAPPED = b"""BRIGHTMOOR LIBRARY
+Loan rules, 2025
+
+An adult cardholder can borrow up to 12 items at a time, of which no more than four may be
+DVDs or games. Books are lent for three weeks; DVDs and games for one week, and the loan can
+be renewed twice online.
+
+Highlights
+----------
+* The default connection timeout is now 90 seconds (it was 30 seconds before). Slow links
+  kept timing out during the initial handshake. The value can still be set per target with
+  the --connect-timeout option.
+* Parallel pushes now default to 16 workers.
+
+agent: Your contract runs for eighteen months, after which it rolls monthly and you can go.
+customer: And how much is it?
+"""
+
+
+def test_hard_wrapped_lines_are_joined_into_their_sentences():
+    doc = load_document(WRAPPED, "rules.txt", LoaderLimits())
+    lines = doc.text.split("\n")
+    assert (
+        "An adult cardholder can borrow up to 12 items at a time, of which no more than four "
+        "may be DVDs or games. Books are lent for three weeks; DVDs and games for one week, and "
+        "the loan can be renewed twice online." in lines
+    )
+    assert (
+        "* The default connection timeout is now 90 seconds (it was 30 seconds before). Slow "
+        "links kept timing out during the initial handshake. The value can still be set per "
+        "target with the --connect-timeout option." in lines
+    )
+
+
+def test_titles_items_underlines_and_records_keep_their_own_lines():
+    doc = load_document(WRAPPED, "rules.txt", LoaderLimits())
+    lines = doc.text.split("\n")
+    for line in (
+        "BRIGHTMOOR LIBRARY",
+        "Loan rules, 2025",
+        "Highlights",
+        "----------",
+        "* Parallel pushes now default to 16 workers.",
+        "customer: And how much is it?",
+    ):
+        assert line in lines
+
+
+def test_a_line_longer_than_the_measure_is_not_a_wrapped_one():
+    rows = "\n".join(f"Item {n} of the price list,{n}.00,20 min,labour only" for n in range(9))
+    long_row = "__note__,0.00,," + "x" * 150
+    text = f"{rows}\n{long_row}\nBike fit,70.00,1.5 hr,by appointment only\n"
+    doc = load_document(text.encode(), "prices.txt", LoaderLimits())
+    assert "Bike fit,70.00,1.5 hr,by appointment only" in doc.text.split("\n")
+
+
+def test_short_lines_are_never_joined():
+    address = b"Fernhill Library\nHigh Street 4\nfernhill\n"
+    assert load_document(address, "a.txt", LoaderLimits()).text == address.decode().strip()
