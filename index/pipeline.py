@@ -20,7 +20,7 @@ from index.chunking import StructureChunker
 from index.config import LoaderLimits
 from index.embedding import DocumentEmbedder
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
-from index.loaders import SUPPORTED_EXTENSIONS, load_document
+from index.loaders import LOADER_VERSION, SUPPORTED_EXTENSIONS, load_document
 from index.screening import InstructionJudge, find_instructions
 from index.store.shard import Manifest, PreparedDocument, TenantShard
 from index.types import Chunk, Document
@@ -150,9 +150,12 @@ class IngestPipeline:
         content_hash = hashlib.sha256(data).hexdigest()
         doc_id = source.doc_id or doc_id_for(source.source)
         current = self.shard.current_version(doc_id)
-        if current is not None and current[1] == content_hash:
-            return IngestResult(source.source, source.file_name, "unchanged", doc_id, current[0])
-        version = current[0] + 1 if current else 1
+        same_bytes = current is not None and current.content_hash == content_hash
+        if same_bytes and current.loader_version == LOADER_VERSION:  # else read again
+            return IngestResult(
+                source.source, source.file_name, "unchanged", doc_id, current.version
+            )
+        version = current.version + 1 if current else 1
         try:
             document = load_document(data, source.file_name, self.limits)
             if not document.text:
@@ -183,6 +186,7 @@ class IngestPipeline:
             vectors,
             dict(source.attributes),
             tuple(find_instructions(document.text, self.judge)),
+            LOADER_VERSION,
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:

@@ -18,6 +18,11 @@ from index.loaders.pdf import PdfLoader
 from index.loaders.text import TextLoader
 from index.types import Document
 
+# Raised whenever a loader reads the same bytes into different text (2: HTML page titles kept,
+# hard-wrapped lines joined). A document stored by an older loader is read again when its file
+# is ingested again, though its bytes have not changed.
+LOADER_VERSION = "2"
+
 LOADERS: tuple[DocumentLoader, ...] = (PdfLoader(), MarkdownLoader(), HtmlLoader(), TextLoader())
 SUPPORTED_EXTENSIONS = tuple(ext for loader in LOADERS for ext in loader.extensions)
 

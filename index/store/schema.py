@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS documents (
     page_count   INTEGER,
     attributes   TEXT NOT NULL DEFAULT '{}',
     flags        TEXT NOT NULL DEFAULT '[]', -- JSON: [[start, end, reason], ...] instruction-like
+    loader_version TEXT NOT NULL DEFAULT '', -- index.loaders.LOADER_VERSION that read the text
     created_at   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );

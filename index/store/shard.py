@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -64,6 +64,13 @@ class PreparedDocument:
     vectors: np.ndarray
     attributes: dict[str, str] = field(default_factory=dict)
     flagged: Sequence[FlaggedPassage] = ()
+    loader_version: str = ""  # the loaders' version that read ``document`` from the bytes
+
+
+class StoredVersion(NamedTuple):
+    version: int
+    content_hash: str  # sha256 of the file's bytes
+    loader_version: str  # "" for documents stored before loader versions were recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,7 @@ class TenantShard:
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(SCHEMA)
             _add_flags_column(db)
+            _add_loader_version_column(db)
             self._db = db
             if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
@@ -266,12 +274,13 @@ class TenantShard:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def current_version(self, doc_id: str) -> tuple[int, str] | None:
-        """(version, content hash) of a stored document, or None."""
+    def current_version(self, doc_id: str) -> StoredVersion | None:
+        """The version, content hash and loader version of a stored document, or None."""
         row = self._conn.execute(
-            "SELECT version, content_hash FROM documents WHERE doc_id = ?", (doc_id,)
+            "SELECT version, content_hash, loader_version FROM documents WHERE doc_id = ?",
+            (doc_id,),
         ).fetchone()
-        return (row[0], row[1]) if row else None
+        return StoredVersion(*row) if row else None
 
     def write_documents(
         self, prepared: Sequence[PreparedDocument], model_id: str | None = None
@@ -343,8 +352,8 @@ class TenantShard:
         blocks = [[b.start, b.end, b.kind, list(b.heading_path), b.page] for b in doc.blocks]
         db.execute(
             "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
-            " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags,"
+            " loader_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             f" ON CONFLICT(doc_id) DO UPDATE SET {_REPLACED_COLUMNS}",
             (
                 item.doc_id,
@@ -361,6 +370,7 @@ class TenantShard:
                 created_at or now,
                 now,
                 _flags_json(item.flagged),
+                item.loader_version,
             ),
         )
         return _insert_chunks(db, doc.file_name, item.chunks, vectors)
@@ -563,7 +573,7 @@ _REPLACED_COLUMNS = ", ".join(
     f"{column} = excluded.{column}"
     for column in (
         "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
-        "byte_count", "page_count", "attributes", "updated_at", "flags",
+        "byte_count", "page_count", "attributes", "updated_at", "flags", "loader_version",
     )
 )  # fmt: skip
 
@@ -625,6 +635,13 @@ def _add_flags_column(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _add_loader_version_column(db: sqlite3.Connection) -> None:
+    """Shards written before loader versions were recorded: add the column, empty (an older
+    loader than any), so that each document is read again when its file is ingested again."""
+    if "loader_version" not in {row[1] for row in db.execute("PRAGMA table_info(documents)")}:
+        db.execute("ALTER TABLE documents ADD COLUMN loader_version TEXT NOT NULL DEFAULT ''")
 
 
 def _replace_score(hit: SearchHit, *, dense: float | None = None, bm25: float | None = None):

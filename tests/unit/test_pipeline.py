@@ -39,6 +39,19 @@ def test_statuses_for_added_replaced_unchanged_and_refused(fake_service):
     assert "no extractable text" in refusal.reason
 
 
+def test_a_file_read_by_an_older_loader_is_read_again_though_its_bytes_are_unchanged(
+    fake_service, monkeypatch
+):
+    pipeline = fake_service.pipeline("acme")
+    list(pipeline.ingest([SourceFile.from_bytes(b"v1 text", "a.txt")]))
+    monkeypatch.setattr("index.pipeline.LOADER_VERSION", "a later one")
+    [again] = pipeline.ingest([SourceFile.from_bytes(b"v1 text", "a.txt")])
+    [third] = pipeline.ingest([SourceFile.from_bytes(b"v1 text", "a.txt")])
+    assert (again.status, again.version) == ("replaced", 2)
+    assert (third.status, third.version) == ("unchanged", 2)
+    assert counts(fake_service, "acme") == (1, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("name", "data", "reason"),
     [

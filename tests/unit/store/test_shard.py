@@ -221,3 +221,23 @@ def test_a_shard_from_before_screening_is_screened_when_opened(fake_service):
     [record] = reopened.shard("acme").list_documents()
     assert len(record.flagged) == 1
     reopened.close()
+
+
+def test_a_document_stored_before_loader_versions_is_read_again_when_ingested_again(
+    fake_service,
+):
+    import sqlite3
+
+    from index.store.shard import DB_NAME
+
+    ingest(fake_service, "acme", {"travel.txt": INJECTED})
+    fake_service.close()
+    db = sqlite3.connect(fake_service.tenants.path_for("acme") / DB_NAME)
+    db.execute("ALTER TABLE documents DROP COLUMN loader_version")  # an older shard
+    db.commit()
+    db.close()
+    reopened = reopen(fake_service.tenants.data_dir)
+    [again] = ingest(reopened, "acme", {"travel.txt": INJECTED})
+    [same] = ingest(reopened, "acme", {"travel.txt": INJECTED})
+    assert (again.status, again.version, same.status) == ("replaced", 2, "unchanged")
+    reopened.close()
