@@ -46,7 +46,7 @@ _LINE_BREAK = re.compile(r"(?<=[^\s.!?:;])\n(?=[ \t]*(\S))")
 def continues_sentence(line: str) -> bool:
     """``line`` (after a break) goes on with a sentence rather than starting one."""
     first = line.lstrip()[:1]
-    return first.islower() or first.isdigit() or first in "([\"'«"
+    return bool(first) and (first.islower() or first.isdigit() or first in "([\"'«")
 
 
 def unwrap_soft_breaks(text: str) -> str:

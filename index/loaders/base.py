@@ -84,6 +84,7 @@ def paragraphs(text: str, width: int | None = None) -> list[str]:
 _BULLET = re.compile(r"\s*[-*+•–·▪◦](?:\s|$)")
 _ENUMERATOR = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,5})[.)](?:\s|$)")
 _RULE = re.compile(r"\s*([-=_*~#])\1{2,}\s*$")
+_PUNCT = (".", "!", "?", ":", ";", ",")
 MIN_MEASURE = 40  # lines all shorter than this are not wrapped prose (an address, a list)
 
 
@@ -111,10 +112,10 @@ def unwrap(paragraph: str, width: int) -> str:
     for previous, line in pairwise(lines):
         joined_to = previous.rstrip()
         words = line.split(maxsplit=1)
-        ended = joined_to[-1:] in ".!?"
+        ended = joined_to.endswith((".", "!", "?"))
         length = len(joined_to)
         fills = length + 1 + len(words[0] if words else "") > 0.9 * width
-        mid_sentence = length >= 0.6 * width and joined_to[-1:] not in ".!?:;"
+        mid_sentence = length >= 0.6 * width and not joined_to.endswith((".", "!", "?", ":", ";"))
         wraps = length <= 1.2 * width and (
             (fills and not (ended and continues_sentence(line)))
             or (mid_sentence and continues_sentence(line))
@@ -125,7 +126,7 @@ def unwrap(paragraph: str, width: int) -> str:
             or _RULE.match(line)
             or _RULE.match(previous)
             or (_ENUMERATOR.match(line) and not (fills and not ended))
-            or (ended and len(line.strip()) < 0.6 * width and line.rstrip()[-1:] not in ".!?:;,")
+            or (ended and len(line.strip()) < 0.6 * width and not line.rstrip().endswith(_PUNCT))
         )
         if wraps and not own:
             joined[-1] = f"{joined[-1].rstrip()} {line.strip()}"
