@@ -98,6 +98,7 @@ class QuestionResult:
     inferred_citations: int = 0
     quotes: int = 0  # quoted answers: citations that carry a quote
     quotes_verified: int = 0  # of those, found in the cited chunk
+    quote: str | None = None  # quoted answers: the sentence the model quoted
     supported_share: float | None = None
     matched: bool | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -116,6 +117,7 @@ class AnswerView:
     invalid_removed: int
     supported_share: float
     timings: dict[str, float]
+    quote: str | None = None  # quoted answers: the sentence the model quoted
 
     @classmethod
     def of(cls, answer: Answer) -> AnswerView:
@@ -131,6 +133,7 @@ class AnswerView:
             answer.invalid_citations_removed,
             answer.supported_share,
             answer.timings,
+            next((c.quote for c in answer.cited if c.quote), None),
         )
 
     @classmethod
@@ -148,6 +151,7 @@ class AnswerView:
             extension["invalid_citations_removed"],
             extension["supported_share"],
             extension["timings"],
+            next((c["quote"] for c in extension["citations"] if c.get("quote")), None),
         )
 
 
@@ -226,6 +230,7 @@ class Evaluator:
         result.inferred_citations = sum(c[2] for c in answer.citations)
         result.quotes = sum(c[3] is not None for c in answer.citations)
         result.quotes_verified = sum(c[3] is True for c in answer.citations)
+        result.quote = answer.quote
         result.supported_share = None if answer.abstained else answer.supported_share
         if question.answer_contains and not answer.abstained:
             result.matched = answer_matches(answer.text, question.answer_contains)
