@@ -84,7 +84,9 @@ def paragraphs(text: str, width: int | None = None) -> list[str]:
 _BULLET = re.compile(r"\s*[-*+•–·▪◦](?:\s|$)")
 _ENUMERATOR = re.compile(r"\s*\(?(?:\d{1,3}|[a-zA-Z]|[ivxlcIVXLC]{1,5})[.)](?:\s|$)")
 _RULE = re.compile(r"\s*([-=_*~#])\1{2,}\s*$")
-_PUNCT = (".", "!", "?", ":", ";", ",")
+_SENTENCE_END = (".", "!", "?")
+_CLAUSE_END = (*_SENTENCE_END, ":", ";")
+_PUNCT = (*_CLAUSE_END, ",")
 MIN_MEASURE = 40  # lines all shorter than this are not wrapped prose (an address, a list)
 
 
@@ -110,13 +112,12 @@ def unwrap(paragraph: str, width: int) -> str:
     lines = paragraph.split("\n")
     joined = [lines[0]]
     for previous, line in pairwise(lines):
-        joined_to = previous.rstrip()
+        before = previous.rstrip()
         words = line.split(maxsplit=1)
-        ended = joined_to.endswith((".", "!", "?"))
-        length = len(joined_to)
-        fills = length + 1 + len(words[0] if words else "") > 0.9 * width
-        mid_sentence = length >= 0.6 * width and not joined_to.endswith((".", "!", "?", ":", ";"))
-        wraps = length <= 1.2 * width and (
+        ended = before.endswith(_SENTENCE_END)
+        fills = len(before) + 1 + len(words[0] if words else "") > 0.9 * width
+        mid_sentence = len(before) >= 0.6 * width and not before.endswith(_CLAUSE_END)
+        wraps = len(before) <= 1.2 * width and (
             (fills and not (ended and continues_sentence(line)))
             or (mid_sentence and continues_sentence(line))
         )
