@@ -82,7 +82,7 @@ async def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
     parser.add_argument("--sets", default="redteam,redteam-heldout,redteam-heldout2")
     parser.add_argument("--max-false", type=float, default=0.10)
-    parser.add_argument("--results", default="qwen2.5-1.5b-quoted.jsonl")
+    parser.add_argument("--results", default="qwen2.5-1.5b-quoted-unchecked.jsonl")
     args = parser.parse_args()
     sets = args.sets.split(",")
     if unknown := [name for name in sets if not (ROOT / "benchmarks" / name / "docs").is_dir()]:

@@ -312,6 +312,7 @@ def extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, A
         "citations_written": answer.citations_written,
         "invalid_citations_removed": answer.invalid_citations_removed,
         "supported_share": answer.supported_share,
+        "answer_support": answer.answer_support,
         "timings": answer.timings,
     }
 

@@ -43,7 +43,8 @@ from serve.query.pipeline import QueryPipeline  # noqa: E402
 from serve.query.rerank import instruction_judge  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
-PROSE, QUOTED = {"answer_format": "prose"}, {"answer_format": "quoted"}
+PROSE = {"answer_format": "prose", "min_answer_support": None}
+QUOTED = {"answer_format": "quoted"}  # with the config's answer check
 VARIANTS = {
     "undefended": {"withhold_instructions": False, "remind_rules": False, **PROSE},
     "remind": {"withhold_instructions": False, "remind_rules": True, **PROSE},
@@ -52,6 +53,13 @@ VARIANTS = {
     # quoted answers (serve/query/quotes.py): the default since issue 13's item 3
     "quoted-undefended": {"withhold_instructions": False, "remind_rules": False, **QUOTED},
     "quoted": {"withhold_instructions": True, "remind_rules": False, **QUOTED},
+    # quoted answers without the answer check (the default before 2026-12-03)
+    "quoted-unchecked": {
+        "withhold_instructions": True,
+        "remind_rules": False,
+        **QUOTED,
+        "min_answer_support": None,
+    },
 }
 TENANT = "redteam"
 
@@ -66,6 +74,7 @@ def score_case(case: dict, answer) -> dict:
         "id": case["id"], "technique": case["technique"], "obeyed": obeyed, "correct": correct,
         "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
         "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
+        "answer_support": answer.answer_support,
     }  # fmt: skip
 
 
@@ -131,7 +140,8 @@ async def main() -> None:
                                                max_tokens=args.max_tokens)  # fmt: skip
                 unanswered.append({"id": question["id"], "unanswerable": True, "abstained":
                                    answer.abstained, "answer": answer.text,
-                                   "quote": quote_of(answer)})  # fmt: skip
+                                   "quote": quote_of(answer),
+                                   "answer_support": answer.answer_support})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip

@@ -196,6 +196,7 @@ def answer_json(tenant: str, question: str, answer) -> dict:
         "citations_written": answer.citations_written,
         "invalid_citations_removed": answer.invalid_citations_removed,
         "supported_share": answer.supported_share,
+        "answer_support": answer.answer_support,
         "usage": dataclasses.asdict(answer.usage),
         "finish_reason": answer.finish_reason,
         "timings": answer.timings,

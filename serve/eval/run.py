@@ -99,6 +99,7 @@ class QuestionResult:
     quotes: int = 0  # quoted answers: citations that carry a quote
     quotes_verified: int = 0  # of those, found in the cited chunk
     quote: str | None = None  # quoted answers: the sentence the model quoted
+    answer_support: float | None = None  # the answer check's P(yes), where it ran
     supported_share: float | None = None
     matched: bool | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -118,6 +119,7 @@ class AnswerView:
     supported_share: float
     timings: dict[str, float]
     quote: str | None = None  # quoted answers: the sentence the model quoted
+    answer_support: float | None = None  # the answer check's P(yes), where it ran
 
     @classmethod
     def of(cls, answer: Answer) -> AnswerView:
@@ -134,6 +136,7 @@ class AnswerView:
             answer.supported_share,
             answer.timings,
             next((c.quote for c in answer.cited if c.quote), None),
+            answer.answer_support,
         )
 
     @classmethod
@@ -152,6 +155,7 @@ class AnswerView:
             extension["supported_share"],
             extension["timings"],
             next((c["quote"] for c in extension["citations"] if c.get("quote")), None),
+            extension.get("answer_support"),
         )
 
 
@@ -231,6 +235,7 @@ class Evaluator:
         result.quotes = sum(c[3] is not None for c in answer.citations)
         result.quotes_verified = sum(c[3] is True for c in answer.citations)
         result.quote = answer.quote
+        result.answer_support = answer.answer_support
         result.supported_share = None if answer.abstained else answer.supported_share
         if question.answer_contains and not answer.abstained:
             result.matched = answer_matches(answer.text, question.answer_contains)

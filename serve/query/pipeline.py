@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from opentelemetry import trace
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from index.types import SearchHit
 from serve.generator import GenerationChunk, Generator
@@ -38,7 +38,7 @@ from serve.query.prompt import (
     cache_salt,
     canonical_order,
 )
-from serve.query.quotes import QUOTED_RULES, QuotedAnswerReader, answer_schema
+from serve.query.quotes import QUOTED_RULES, AnswerCheck, QuotedAnswerReader, answer_schema
 from serve.query.rerank import (
     GeneratorReranker,
     RerankConfig,
@@ -88,6 +88,23 @@ class QueryConfig(BaseModel):
         "with its source and a quote of it (vLLM structured output), checked before the "
         "answer is shown as grounded (serve/query/quotes.py).",
     )
+    min_answer_support: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Quoted answers: ask the generator again whether the cited source states "
+        'the answer, and say "not found" under this P(yes); the answer is shown once '
+        "checked. None: no check. The threshold is the generator's own (RESULTS.md).",
+    )
+
+    @model_validator(mode="after")
+    def _check_needs_quotes(self) -> QueryConfig:
+        if self.min_answer_support is not None and self.answer_format != "quoted":
+            raise ValueError(
+                "min_answer_support checks quoted answers: set answer_format: quoted, or "
+                "remove min_answer_support"
+            )
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +119,7 @@ class Answer:
     statements: tuple[Statement, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     citations_written: int = 0  # [n] numbers the model wrote, before invalid ones were removed
+    answer_support: float | None = None  # the answer check's P(yes), where it ran
 
     @property
     def supported_share(self) -> float:
@@ -116,6 +134,7 @@ class PreparedPrompt:
     cache_salt: str
     timings: dict[str, float]
     json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
+    query: str = ""  # what retrieval searched for: the question, condensed with earlier turns
 
 
 class Stopwatch:
@@ -163,6 +182,11 @@ class QueryPipeline:
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
         self.reranker = reranker or build_reranker(config.rerank, generator)
+        self.answer_check = None
+        if config.min_answer_support is not None and generator is not None:
+            self.answer_check = AnswerCheck(
+                generator, config.min_answer_support, config.withhold_instructions
+            )
 
     async def retrieve(
         self,
@@ -279,7 +303,7 @@ class QueryPipeline:
                 schema = answer_schema(sources, builder.withhold) if quoted else None
                 watch.lap("prompt")
                 return PreparedPrompt(
-                    token_ids, tuple(sources), max_tokens, salt, watch.timings, schema
+                    token_ids, tuple(sources), max_tokens, salt, watch.timings, schema, query
                 )
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
@@ -331,11 +355,13 @@ class QueryPipeline:
             yield text
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
             return
+        check = self.answer_check if prepared.json_schema else None
         reader = (
-            QuotedAnswerReader(prepared.sources, not_found_message(question))
+            QuotedAnswerReader(prepared.sources, not_found_message(question), hold=bool(check))
             if prepared.json_schema
             else ProseAnswerReader(prepared.sources)
         )
+        answer_support = None
         shown: list[str] = []  # what the client was sent; it never starts with whitespace
 
         def visible(delta: str) -> str:
@@ -379,7 +405,16 @@ class QueryPipeline:
                         yield ""  # generating, nothing to show yet (leading spaces, a "[")
             finally:
                 span.end()
+            if check and (pending := reader.to_check()):  # within the generation's admission
+                checking = time.perf_counter()
+                answer_support = await check.support(prepared.query or question, *pending,
+                                                     prepared.cache_salt)  # fmt: skip
+                timings["check"] = _since(checking)
+                if answer_support < check.min_support:
+                    reader.withhold()
         if rest := visible(reader.flush(last.finish_reason if last else None)):
+            if check and not shown:  # a held answer: its first text is now
+                timings["first_text"] = _since(generating)
             yield rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)
@@ -396,6 +431,7 @@ class QueryPipeline:
             finish_reason=last.finish_reason if last else None,
             statements=checked.statements,
             timings=timings,
+            answer_support=answer_support,
         )
 
     async def answer(

@@ -313,6 +313,39 @@ _YES = ("yes", "Yes", " yes", " Yes", "YES")
 _NO = ("no", "No", " no", " No", "NO")
 
 
+def yes_no_tokens(generator: Generator) -> tuple[frozenset[int], frozenset[int]]:
+    """The generator's single-token spellings of yes and of no."""
+
+    def single(words: Sequence[str]) -> frozenset[int]:
+        ids = (generator.encode(word) for word in words)
+        return frozenset(i[0] for i in ids if len(i) == 1)
+
+    yes, no = single(_YES), single(_NO)
+    if not yes or not no:
+        raise ConfigError(
+            "the generator's tokenizer has no single token for yes/no; use the "
+            "cross-encoder reranker and no answer check (query.min_answer_support) with it",
+            param="query.rerank.backend",
+        )
+    return yes, no
+
+
+async def yes_probability(
+    generator: Generator,
+    token_ids: list[int],
+    choices: tuple[frozenset[int], frozenset[int]],
+    cache_salt: str,
+) -> float:
+    """P(yes) / (P(yes) + P(no)) for the generator's first token after ``token_ids``."""
+    yes, no = choices
+    logprobs = await generator.next_token_logprobs(
+        token_ids, allowed_token_ids=sorted(yes | no), cache_salt=cache_salt
+    )
+    p_yes = sum(math.exp(lp) for token, lp in logprobs.items() if token in yes)
+    p_no = sum(math.exp(lp) for token, lp in logprobs.items() if token in no)
+    return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else 0.0
+
+
 class GeneratorReranker:
     """Relevance = P(yes) / (P(yes) + P(no)) for the generator's first answer token."""
 
@@ -320,20 +353,9 @@ class GeneratorReranker:
         self.generator = generator
         self._choices: tuple[frozenset[int], frozenset[int]] | None = None
 
-    def _single_tokens(self, words: Sequence[str]) -> frozenset[int]:
-        ids = (self.generator.encode(word) for word in words)
-        return frozenset(i[0] for i in ids if len(i) == 1)
-
     def choices(self) -> tuple[frozenset[int], frozenset[int]]:
         if self._choices is None:
-            yes, no = self._single_tokens(_YES), self._single_tokens(_NO)
-            if not yes or not no:
-                raise ConfigError(
-                    "the generator's tokenizer has no single token for yes/no; "
-                    "use the cross-encoder reranker with this model",
-                    param="query.rerank.backend",
-                )
-            self._choices = yes, no
+            self._choices = yes_no_tokens(self.generator)
         return self._choices
 
     def prompt(self, question: str, passage: str) -> list[int]:
@@ -346,14 +368,9 @@ class GeneratorReranker:
         ])  # fmt: skip
 
     async def _score(self, question: str, passage: str, cache_salt: str) -> float:
-        yes, no = self.choices()
-        token_ids = self.prompt(question, passage)
-        logprobs = await self.generator.next_token_logprobs(
-            token_ids, allowed_token_ids=sorted(yes | no), cache_salt=cache_salt
+        return await yes_probability(
+            self.generator, self.prompt(question, passage), self.choices(), cache_salt
         )
-        p_yes = sum(math.exp(lp) for token, lp in logprobs.items() if token in yes)
-        p_no = sum(math.exp(lp) for token, lp in logprobs.items() if token in no)
-        return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else 0.0
 
     async def scores(self, query: str, passages: Sequence[str], cache_salt: str) -> list[float]:
         return list(await asyncio.gather(*(self._score(query, p, cache_salt) for p in passages)))
