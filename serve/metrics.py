@@ -26,7 +26,7 @@ class Metrics:
         self.stage = Histogram(
             "grounded_stage_seconds",
             "Query path latency per stage (condense, embed, retrieve, rerank, prompt, "
-            "first_token, generate, total).",
+            "admission, first_token, first_text, check, generate, total).",
             boundaries=STAGE_BUCKETS, tag_keys=("stage",),
         )  # fmt: skip
         self.tokens = Counter(

@@ -20,8 +20,9 @@ generated with the evidence it rests on just above it.
 A verified quote shows that the sentence is in the source, not that the source answers the
 question: a small model often answers from a neighbouring fact (the cat booster's price for a
 question about neutering). With ``query.min_answer_support`` set, ``AnswerCheck`` asks the
-generator once more, in a fresh conversation, whether the cited source states this answer to
-this question; under that P(yes) the answer is withheld and Grounded says "not found". The
+generator once more, in a fresh conversation, whether the source the reply names states this
+answer to this question (whether or not its quote was verified); under that P(yes) the answer
+is withheld and Grounded says "not found". The
 answer's text is then held back until it is checked (a client never sees an answer that is
 then taken back).
 """
@@ -205,14 +206,14 @@ class QuotedAnswerReader:
         return text
 
     def to_check(self) -> tuple[str, Source] | None:
-        """The answer and its source when the reply is an answer with a verified quote (what
-        the answer check reads), else None."""
+        """The answer and the source it names (what the answer check reads), when the reply is
+        an answer; its quote need not be verified (an answer that passes the check with an
+        unverified quote is still shown without a citation)."""
         reply = self._reader.reply()
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
-        if not verify_quote(reply, self.sources):
-            return None
-        return reply.answer, next(s for s in self.sources if s.number == reply.source)
+        source = next((s for s in self.sources if s.number == reply.source), None)
+        return (reply.answer, source) if source is not None else None
 
     def withhold(self) -> None:
         """The answer check found no support: "not found" instead of the answer."""

@@ -245,16 +245,19 @@ def test_an_answer_the_check_supports_is_shown_whole_once_checked(service):
     assert answer.timings["first_text"] >= answer.timings["check"]
 
 
-def test_the_check_reads_only_verified_answers(service):
+def test_the_check_reads_every_answer_that_names_a_source(service):
     number = leave_number(ask(service, {"source": 0, "quote": "", "answer": ""})[1])
-    checker = Checker(0.0)
     unverified = {"source": number, "quote": "Annual leave is 30 days.", "answer": "30 days."}
-    deltas, answer, _ = ask(service, unverified, judge=checker, min_support=0.5)
-    assert "".join(deltas) == answer.text == "30 days." and answer.answer_support is None
+    deltas, answer, _ = ask(service, unverified, judge=Checker(0.1), min_support=0.5)
+    assert answer.abstained and "".join(deltas) == answer.text == NOT_FOUND["en"]
+    deltas, answer, _ = ask(service, unverified, judge=Checker(0.9), min_support=0.5)
+    assert "".join(deltas) == answer.text == "30 days."  # passed, still not cited
+    assert answer.cited[0].verified is False and answer.answer_support == pytest.approx(0.9)
+    checker = Checker(0.0)
     deltas, answer, _ = ask(service, {"source": 0, "quote": "", "answer": ""}, judge=checker,
                             min_support=0.5)  # fmt: skip
     assert answer.abstained and "".join(deltas) == NOT_FOUND["en"]
-    assert checker.seen == []
+    assert checker.seen == []  # no answer, nothing to check
 
 
 def test_the_check_needs_quoted_answers():
