@@ -46,11 +46,11 @@ def appliance(tmp_path_factory):
         generator={"model": str(folder), "max_tokens": 80,
                    "engine_kwargs": {"kv_cache_memory_bytes": 512 * 2**20}},
         serve={"port": free_port(), "metrics_port": free_port()},
-        # The answer check runs in the appliance (through the generator deployment), at a
-        # threshold the 0.5B model's right answer clears: cpu.yaml's is qwen2.5-1.5b's own.
-        query={"min_answer_support": 0.05},
     )  # fmt: skip
-    config = with_judge(config)
+    # The answer check runs in the appliance (through the generator deployment), at a threshold
+    # the 0.5B model's right answer clears: cpu.yaml's is qwen2.5-1.5b's own.
+    query = config.query.model_copy(update={"min_answer_support": 0.05})
+    config = with_judge(config.model_copy(update={"query": query}))
     _, secret = KeyStore(config.data_dir).create("acme", ["query", "ingest"])
     from serve import up
 
