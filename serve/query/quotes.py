@@ -22,9 +22,8 @@ question: a small model often answers from a neighbouring fact (the cat booster'
 question about neutering). With ``query.min_answer_support`` set, ``AnswerCheck`` asks the
 generator once more, in a fresh conversation, whether the source the reply names states this
 answer to this question (whether or not its quote was verified); under that P(yes) the answer
-is withheld and Grounded says "not found". The
-answer's text is then held back until it is checked (a client never sees an answer that is
-then taken back).
+is withheld and Grounded says "not found". The answer's text is then held back until it is
+checked (a client never sees an answer that is then taken back).
 """
 
 from __future__ import annotations
