@@ -17,7 +17,6 @@ A threshold is chosen on the development set (redteam) and reported on the other
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.business_gate import unanswerable  # noqa: E402
 from benchmarks.retrieval_quality import CACHE  # noqa: E402
+from benchmarks.sentence_gate import raw_scores  # noqa: E402
 from index.pipeline import discover  # noqa: E402
 from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
@@ -206,13 +206,7 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--analyse")
     args = parser.parse_args()
-    if args.analyse:
-        rows = [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
-    else:
-        rows = asyncio.run(collect(args))
-        if args.out:
-            Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    analyse(rows)
+    analyse(raw_scores(args, collect))
 
 
 if __name__ == "__main__":

@@ -175,6 +175,17 @@ def analyse(rows: list[dict], max_false: float, shipped: dict[str, float]) -> No
                     )
 
 
+def raw_scores(args, collect) -> list[dict]:
+    """The rows of a previous run (``--analyse PATH``), or ``collect(args)``'s, written to
+    ``--out`` when given."""
+    if args.analyse:
+        return [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
+    rows = asyncio.run(collect(args))
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
@@ -182,12 +193,7 @@ def main() -> None:
     parser.add_argument("--analyse", help="read raw scores from a previous --out instead")
     parser.add_argument("--max-false", type=float, default=0.10)
     args = parser.parse_args()
-    if args.analyse:
-        rows = [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
-    else:
-        rows = asyncio.run(collect(args))
-        if args.out:
-            Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = raw_scores(args, collect)
     shipped = load_config(Path(args.config)).query.rerank.min_score or {}
     analyse(rows, args.max_false, shipped if isinstance(shipped, dict) else {})
 
