@@ -369,6 +369,10 @@ class QueryPipeline:
 
         last: GenerationChunk | None = None
         reservation = len(prepared.token_ids) + prepared.max_tokens
+        if check:  # the check runs within the generation's admission: reserve it too
+            reservation += check.reservation(
+                prepared.query or question, prepared.sources, prepared.max_tokens
+            )
         async with admit(reservation) if admit else nullcontext(Grant()) as grant:
             if admit:
                 watch.lap("admission")
@@ -407,9 +411,12 @@ class QueryPipeline:
                 span.end()
             if check and (pending := reader.to_check()):  # within the generation's admission
                 checking = time.perf_counter()
-                answer_support = await check.support(prepared.query or question, *pending,
-                                                     prepared.cache_salt)  # fmt: skip
+                check_prompt = check.prompt(prepared.query or question, *pending)
+                answer_support = await check.support(check_prompt, prepared.cache_salt)
                 timings["check"] = _since(checking)
+                used = grant.usage  # the check is billed with the answer: its prompt and token
+                grant.usage = Usage(used.prompt_tokens + len(check_prompt), used.cached_tokens,
+                                    used.completion_tokens + 1)  # fmt: skip
                 if answer_support < check.min_support:
                     reader.withhold()
         if rest := visible(reader.flush(last.finish_reason if last else None)):

@@ -177,10 +177,20 @@ class AnswerCheck:
                                  answer=escape(answer.strip()))  # fmt: skip
         return [{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}]
 
-    async def support(self, question: str, answer: str, source: Source, cache_salt: str) -> float:
+    def prompt(self, question: str, answer: str, source: Source) -> list[int]:
+        """The check's prompt tokens."""
+        return self.generator.render(self.messages(question, answer, source))
+
+    def reservation(self, question: str, sources: Sequence[Source], max_tokens: int) -> int:
+        """The most tokens the check of an answer of up to ``max_tokens`` tokens can use: its
+        prompt with the longest source, the answer, and the one token it reads."""
+        longest = max((len(self.prompt(question, "", s)) for s in sources), default=0)
+        return longest + max_tokens + 1
+
+    async def support(self, token_ids: list[int], cache_salt: str) -> float:
+        """P(yes) for the check's prompt (``prompt``)."""
         if self._choices is None:
             self._choices = yes_no_tokens(self.generator)
-        token_ids = self.generator.render(self.messages(question, answer, source))
         return await yes_probability(self.generator, token_ids, self._choices, cache_salt)
 
 

@@ -64,7 +64,7 @@ def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_pa
             options = QueryOptions(top_k=5, gate=False)
             hits = await pipeline.retrieve("acme", "GX-4200 safety", options)
             other = Source(own.number, next(h for h in hits if "27" not in h.text))
-            support = [await check.support(question, "27 days", source, "test")
+            support = [await check.support(check.prompt(question, "27 days", source), "test")
                        for source in (own, other)]  # fmt: skip
             return leave, absent, support
         finally:

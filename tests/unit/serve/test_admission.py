@@ -1,4 +1,5 @@
 import asyncio
+import json
 from contextlib import asynccontextmanager
 
 import pytest
@@ -94,3 +95,37 @@ def test_the_cross_encoder_and_a_request_without_admission_need_none(service):
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig())
     answer = asyncio.run(pipeline.answer("acme", "annual leave days"))
     assert not answer.abstained and len(generator.calls) == 1
+
+
+def test_the_answer_check_is_reserved_and_billed_with_the_answer(service):
+    seen = []
+
+    def judge(messages):
+        seen.append(messages)
+        return 0.9
+
+    probe = QueryPipeline(LocalSearcher(service), ScriptedGenerator(), QueryConfig())
+    number = next(s.number for s in asyncio.run(probe.answer("acme", "annual leave days")).sources
+                  if s.hit.file_name == "leave.txt")  # fmt: skip
+    reply = json.dumps(
+        {"source": number, "quote": ACME["leave.txt"], "answer": "27 days a year."}
+    )
+    generator = ScriptedGenerator(reply, judge=judge)
+    config = QueryConfig(answer_format="quoted", min_answer_support=0.5)
+    pipeline = QueryPipeline(LocalSearcher(service), generator, config)
+    admit = Recorder()
+    answer = asyncio.run(pipeline.answer("acme", "annual leave days", max_tokens=60, admit=admit))
+    assert not answer.abstained and answer.answer_support == pytest.approx(0.9)
+    (call,) = generator.calls
+    (checked,) = seen
+    check_prompt = len(generator.render(checked))
+    generated = answer.usage.completion_tokens - 1  # the reply; the check reads one token
+    assert answer.usage.prompt_tokens == call["tokens"] + check_prompt  # reported and recorded
+    assert admit.settled == [call["tokens"] + generated + check_prompt + 1]
+    # Reserved: the answer's prompt and max_tokens, and the check with the longest source and
+    # room for an answer of max_tokens, and its token.
+    check = pipeline.answer_check
+    longest = max(len(generator.render(check.messages("annual leave days", "", s)))
+                  for s in answer.sources)  # fmt: skip
+    assert admit.reserved == [call["tokens"] + 60 + longest + 60 + 1]
+    assert admit.reserved[0] >= admit.settled[0]
