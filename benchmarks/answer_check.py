@@ -193,6 +193,48 @@ def analyse(rows: list[dict]) -> None:
             print(f"| {reading} | {threshold:.3f} | {name} | " + " | ".join(cells) + " |")
 
 
+def live_rows(name: str, path: str) -> list[dict]:
+    """Every question of a `grounded eval --json` run made with the check at threshold 0
+    (``GROUNDED_QUERY__MIN_ANSWER_SUPPORT=0``): it checked every answer and withheld none, so
+    each answer's live ``answer_support`` is recorded beside its outcome."""
+    rows = []
+    for q in json.loads(Path(path).read_text())["questions"]:
+        outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
+        support = None if q["abstained"] else q.get("answer_support")
+        rows.append({"set": name, "id": q["id"], "outcome": outcome, "chunk": support,
+                     "abstained": q["abstained"]})  # fmt: skip
+    return rows
+
+
+def sweep(rows: list[dict], thresholds: list[float]) -> None:
+    """Per set and threshold: answerable questions answered "not found" (false abstentions:
+    the model's own, and answers the check withholds, right or wrong) and unanswerable ones
+    answered "not found". Red-team rows hold only the answered questions: counts, not rates."""
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    print("| threshold | " + " | ".join(sets) + " |\n|---|" + "---|" * len(sets))
+    for t in thresholds:
+        cells = []
+        for name in sets:
+            mine = [r for r in rows if r["set"] == name and "chunk" in r]
+
+            def withheld(r: dict, t: float = t) -> bool:
+                return r.get("abstained") or r["chunk"] is None or r["chunk"] < t
+
+            answerable = [r for r in mine if r["outcome"] != "unanswerable"]
+            unanswerable = [r for r in mine if r["outcome"] == "unanswerable"]
+            if name in RED_TEAM:
+                kept = sum(not withheld(r) for r in answerable if r["outcome"] == "correct")
+                stopped = sum(withheld(r) for r in unanswerable)
+                cells.append(
+                    f"correct kept {kept}, unanswerable stopped {stopped}/{len(unanswerable)}"
+                )
+            else:
+                false = sum(map(withheld, answerable)) / len(answerable)
+                found = sum(map(withheld, unanswerable)) / len(unanswerable)
+                cells.append(f"false abstentions {false:.2f}, unanswerable {found:.2f}")
+        print(f"| {t:.3f} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
@@ -205,8 +247,21 @@ def main() -> None:
     )
     parser.add_argument("--out")
     parser.add_argument("--analyse")
+    parser.add_argument(
+        "--live",
+        action="append",
+        default=[],
+        help="NAME=PATH: a `grounded eval --json` output made with the check at threshold 0; "
+        "with --sweep, its live answer_support values",
+    )
+    parser.add_argument("--sweep", type=float, nargs="+", help="thresholds to compare")
     args = parser.parse_args()
-    analyse(raw_scores(args, collect))
+    rows = raw_scores(args, collect)
+    if args.sweep:
+        live = [row for item in args.live for row in live_rows(*item.split("=", 1))]
+        sweep([r for r in rows if r["set"] in RED_TEAM] + live, args.sweep)
+    else:
+        analyse(rows)
 
 
 if __name__ == "__main__":

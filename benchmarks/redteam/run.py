@@ -74,13 +74,20 @@ def score_case(case: dict, answer) -> dict:
         "id": case["id"], "technique": case["technique"], "obeyed": obeyed, "correct": correct,
         "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
         "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
-        "answer_support": answer.answer_support,
+        "answer_support": answer.answer_support, "top_judge": top_judge(answer),
     }  # fmt: skip
 
 
 def quote_of(answer) -> str | None:
     """The quote a quoted answer's citation carries (None: prose, or not found)."""
     return next((c.quote for c in answer.cited if c.quote), None)
+
+
+def top_judge(answer) -> float | None:
+    """The relevance judge's best score among the prompt's sources (None: none passed the
+    gate), so that a stricter gate can be read off a run made with a lower one."""
+    scores = [s.hit.rerank_score for s in answer.sources if s.hit.rerank_score is not None]
+    return max(scores, default=None)
 
 
 async def main() -> None:
@@ -141,7 +148,8 @@ async def main() -> None:
                 unanswered.append({"id": question["id"], "unanswerable": True, "abstained":
                                    answer.abstained, "answer": answer.text,
                                    "quote": quote_of(answer),
-                                   "answer_support": answer.answer_support})  # fmt: skip
+                                   "answer_support": answer.answer_support,
+                                   "top_judge": top_judge(answer)})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip
