@@ -12,6 +12,14 @@ answers above the wrong ones and the unanswerable ones.
     .venv/bin/python benchmarks/answer_check.py --analyse benchmarks/eval/answer-check.jsonl
 
 A threshold is chosen on the development set (redteam) and reported on the others.
+
+With live runs instead (the check at threshold 0, so that every answer's P(yes) is recorded, and
+the judge gate lower than any compared), ``--sweep`` compares judge gates and check thresholds
+together, and picks the per-language gates and shared threshold with the best mean balanced
+accuracy over the given (development) sets:
+
+    .venv/bin/python benchmarks/answer_check.py --sweep 0 0.3 0.5 0.577 --gates -1 2 4.122 \
+        --live human-en-dev=<eval --json> --live redteam=<redteam/run.py results .jsonl>
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
 from serve.models import resolve_model  # noqa: E402
+from serve.query.language import detect_language  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
 from serve.query.prompt import PromptBuilder  # noqa: E402
 from serve.query.quotes import CHECK_SYSTEM, CHECK_USER  # noqa: E402
@@ -193,46 +202,83 @@ def analyse(rows: list[dict]) -> None:
             print(f"| {reading} | {threshold:.3f} | {name} | " + " | ".join(cells) + " |")
 
 
-def live_rows(name: str, path: str) -> list[dict]:
-    """Every question of a `grounded eval --json` run made with the check at threshold 0
-    (``GROUNDED_QUERY__MIN_ANSWER_SUPPORT=0``): it checked every answer and withheld none, so
-    each answer's live ``answer_support`` is recorded beside its outcome."""
+def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
+    """Every question of a run made with the check at threshold 0 (it checked every answer and
+    withheld none) and a judge gate lower than any compared: a `grounded eval --json` output
+    (the judge's best score per question from ``judged``) or benchmarks/redteam/run.py results
+    (.jsonl, which record it; ``name`` is then the red-team set). Each row carries the
+    question's language, which picks its gate as in the pipeline."""
     rows = []
+    if path.endswith(".jsonl"):
+        questions = {q["id"]: q["question"] for q in unanswerable()}
+        cases = (ROOT / "benchmarks" / name / "cases.jsonl").read_text().splitlines()
+        questions |= {c["id"]: c["question"] for c in map(json.loads, cases)}
+        for r in map(json.loads, Path(path).read_text().splitlines()):
+            outcome = "correct" if r.get("correct") else "wrong"
+            rows.append({"set": name, "id": r["id"], "judge": r.get("top_judge"),
+                         "language": detect_language(questions[r["id"]]),
+                         "outcome": "unanswerable" if r.get("unanswerable") else outcome,
+                         "abstained": r["abstained"], "support": r["answer_support"]})  # fmt: skip
+        return rows
     for q in json.loads(Path(path).read_text())["questions"]:
         outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
-        support = None if q["abstained"] else q.get("answer_support")
-        rows.append({"set": name, "id": q["id"], "outcome": outcome, "chunk": support,
-                     "abstained": q["abstained"]})  # fmt: skip
+        rows.append({"set": name, "id": q["id"], "judge": judged.get(q["id"]),
+                     "language": detect_language(q["question"]), "outcome": outcome,
+                     "abstained": q["abstained"], "support": q.get("answer_support")})  # fmt: skip
     return rows
 
 
-def sweep(rows: list[dict], thresholds: list[float]) -> None:
-    """Per set and threshold: answerable questions answered "not found" (false abstentions:
-    the model's own, and answers the check withholds, right or wrong) and unanswerable ones
-    answered "not found". Red-team rows hold only the answered questions: counts, not rates."""
-    sets = list(dict.fromkeys(r["set"] for r in rows))
-    print("| threshold | " + " | ".join(sets) + " |\n|---|" + "---|" * len(sets))
-    for t in thresholds:
-        cells = []
-        for name in sets:
-            mine = [r for r in rows if r["set"] == name and "chunk" in r]
+def rates(rows: list[dict], gates: dict[str, float], threshold: float) -> dict[str, float]:
+    """With the judge gate at ``gates[language]`` and the check at ``threshold``: false
+    abstentions (the answerable questions not answered: gated, the model's "not found", or
+    withheld, right or wrong), answers right (over the answerable), unanswerable ones answered
+    "not found"."""
 
-            def withheld(r: dict, t: float = t) -> bool:
-                return r.get("abstained") or r["chunk"] is None or r["chunk"] < t
+    def answered(r: dict) -> bool:
+        gate = gates[r["language"]]
+        return (not r["abstained"] and r["judge"] is not None and r["judge"] >= gate
+                and r["support"] is not None and r["support"] >= threshold)  # fmt: skip
 
-            answerable = [r for r in mine if r["outcome"] != "unanswerable"]
-            unanswerable = [r for r in mine if r["outcome"] == "unanswerable"]
-            if name in RED_TEAM:
-                kept = sum(not withheld(r) for r in answerable if r["outcome"] == "correct")
-                stopped = sum(withheld(r) for r in unanswerable)
-                cells.append(
-                    f"correct kept {kept}, unanswerable stopped {stopped}/{len(unanswerable)}"
-                )
-            else:
-                false = sum(map(withheld, answerable)) / len(answerable)
-                found = sum(map(withheld, unanswerable)) / len(unanswerable)
-                cells.append(f"false abstentions {false:.2f}, unanswerable {found:.2f}")
-        print(f"| {t:.3f} | " + " | ".join(cells) + " |")
+    answerable = [r for r in rows if r["outcome"] != "unanswerable"]
+    unanswerable = [r for r in rows if r["outcome"] == "unanswerable"]
+    return {
+        "false": 1 - sum(map(answered, answerable)) / len(answerable),
+        "right": sum(answered(r) for r in answerable if r["outcome"] == "correct")
+        / len(answerable),
+        "unanswerable": 1 - sum(map(answered, unanswerable)) / len(unanswerable),
+    }
+
+
+def sweep(rows: list[dict], gates: list[float], thresholds: list[float]) -> None:
+    """Every (gate, threshold), the same gate for both languages, per set; then the English and
+    French gates and the shared threshold with the best mean balanced accuracy ((1 - false
+    abstentions + unanswerable) / 2) over the sets."""
+    names = dict.fromkeys(r["set"] for r in rows)
+    sets = {name: [r for r in rows if r["set"] == name] for name in names}
+    print("false abstentions / right / unanswerable 'not found'\n")
+    print("| gate | check | " + " | ".join(sets) + " |\n|---|---|" + "---|" * len(sets))
+    for g in gates:
+        for t in thresholds:
+            cells = [rates(mine, {"en": g, "fr": g}, t) for mine in sets.values()]
+            print(f"| {g:g} | {t:.3f} | "
+                  + " | ".join(f"{c['false']:.2f} / {c['right']:.2f} / {c['unanswerable']:.2f}"
+                               for c in cells) + " |")  # fmt: skip
+
+    def balanced(choice: dict[str, float], t: float) -> float:
+        cells = [rates(mine, choice, t) for mine in sets.values()]
+        return sum((1 - c["false"] + c["unanswerable"]) / 2 for c in cells) / len(cells)
+
+    best = sorted(
+        (
+            (balanced({"en": en, "fr": fr}, t), t, en, fr)
+            for t in thresholds
+            for en in gates
+            for fr in gates
+        ),
+        reverse=True,
+    )
+    for score, t, en, fr in best[:5]:
+        print(f"\nmean balanced accuracy {score:.3f}: check {t:.3f}, gates en {en:g}, fr {fr:g}")
 
 
 def main() -> None:
@@ -251,17 +297,26 @@ def main() -> None:
         "--live",
         action="append",
         default=[],
-        help="NAME=PATH: a `grounded eval --json` output made with the check at threshold 0; "
-        "with --sweep, its live answer_support values",
+        help="NAME=PATH, with --sweep: a `grounded eval --json` output or red-team results "
+        "(.jsonl) made with the check at threshold 0 and a low judge gate",
     )
-    parser.add_argument("--sweep", type=float, nargs="+", help="thresholds to compare")
+    parser.add_argument("--sweep", type=float, nargs="+", help="check thresholds to compare")
+    parser.add_argument("--gates", type=float, nargs="+", help="judge gates to compare")
+    parser.add_argument(
+        "--judged",
+        default=str(ROOT / "benchmarks" / "eval" / "sentence-gate.jsonl"),
+        help="the judge's scores per question (benchmarks/sentence_gate.py --out)",
+    )
     args = parser.parse_args()
-    rows = raw_scores(args, collect)
     if args.sweep:
-        live = [row for item in args.live for row in live_rows(*item.split("=", 1))]
-        sweep([r for r in rows if r["set"] in RED_TEAM] + live, args.sweep)
+        judged = {}
+        for line in Path(args.judged).read_text().splitlines():
+            row = json.loads(line)
+            judged[row["id"]] = max(row["chunks"], default=None)
+        live = [row for item in args.live for row in live_rows(*item.split("=", 1), judged)]
+        sweep(live, args.gates, args.sweep)
     else:
-        analyse(rows)
+        analyse(raw_scores(args, collect))
 
 
 if __name__ == "__main__":
