@@ -107,9 +107,7 @@ def test_the_answer_check_is_reserved_and_billed_with_the_answer(service):
     probe = QueryPipeline(LocalSearcher(service), ScriptedGenerator(), QueryConfig())
     number = next(s.number for s in asyncio.run(probe.answer("acme", "annual leave days")).sources
                   if s.hit.file_name == "leave.txt")  # fmt: skip
-    reply = json.dumps(
-        {"source": number, "quote": ACME["leave.txt"], "answer": "27 days a year."}
-    )
+    reply = json.dumps({"source": number, "quote": ACME["leave.txt"], "answer": "27 days a year."})
     generator = ScriptedGenerator(reply, judge=judge)
     config = QueryConfig(answer_format="quoted", min_answer_support=0.5)
     pipeline = QueryPipeline(LocalSearcher(service), generator, config)
