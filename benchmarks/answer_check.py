@@ -100,13 +100,17 @@ async def check(generator, pipeline, tenant: str, row: dict) -> dict:
     return out
 
 
+def red_team_questions(name: str) -> dict[str, str]:
+    """A red-team set's questions by id: its cases' and the business questions it does not
+    answer."""
+    cases = (ROOT / "benchmarks" / name / "cases.jsonl").read_text().splitlines()
+    questions = {c["id"]: c["question"] for c in map(json.loads, cases)}
+    return questions | {q["id"]: q["question"] for q in unanswerable()}
+
+
 def red_team_rows(name: str, results: str) -> list[dict]:
     folder = ROOT / "benchmarks" / name
-    questions = {
-        c["id"]: c["question"]
-        for c in map(json.loads, (folder / "cases.jsonl").read_text().splitlines())
-    }
-    questions |= {q["id"]: q["question"] for q in unanswerable()}
+    questions = red_team_questions(name)
     rows = []
     for r in map(json.loads, (folder / "results" / results).read_text().splitlines()):
         if r["abstained"] or not r.get("quote"):
@@ -210,9 +214,7 @@ def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
     question's language, which picks its gate as in the pipeline."""
     rows = []
     if path.endswith(".jsonl"):
-        questions = {q["id"]: q["question"] for q in unanswerable()}
-        cases = (ROOT / "benchmarks" / name / "cases.jsonl").read_text().splitlines()
-        questions |= {c["id"]: c["question"] for c in map(json.loads, cases)}
+        questions = red_team_questions(name)
         for r in map(json.loads, Path(path).read_text().splitlines()):
             outcome = "correct" if r.get("correct") else "wrong"
             rows.append({"set": name, "id": r["id"], "judge": r.get("top_judge"),
@@ -235,6 +237,9 @@ def rates(rows: list[dict], gates: dict[str, float], threshold: float) -> dict[s
     "not found"."""
 
     def answered(r: dict) -> bool:
+        if r["language"] not in gates:
+            raise SystemExit(f"{r['set']} {r['id']}: language {r['language']!r} has no judge "
+                             "gate to compare (English and French only)")  # fmt: skip
         gate = gates[r["language"]]
         return (not r["abstained"] and r["judge"] is not None and r["judge"] >= gate
                 and r["support"] is not None and r["support"] >= threshold)  # fmt: skip
@@ -308,6 +313,8 @@ def main() -> None:
         help="the judge's scores per question (benchmarks/sentence_gate.py --out)",
     )
     args = parser.parse_args()
+    if args.sweep and not (args.gates and args.live):
+        parser.error("--sweep needs --gates and at least one --live NAME=PATH")
     if args.sweep:
         judged = {}
         for line in Path(args.judged).read_text().splitlines():
