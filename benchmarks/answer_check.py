@@ -46,6 +46,7 @@ from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
 from serve.models import resolve_model  # noqa: E402
+from serve.query.citations import SUPPORTED  # noqa: E402
 from serve.query.language import detect_language  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
 from serve.query.prompt import PromptBuilder  # noqa: E402
@@ -220,21 +221,28 @@ def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
             rows.append({"set": name, "id": r["id"], "judge": r.get("top_judge"),
                          "language": detect_language(questions[r["id"]]),
                          "outcome": "unanswerable" if r.get("unanswerable") else outcome,
-                         "abstained": r["abstained"], "support": r["answer_support"]})  # fmt: skip
+                         "abstained": r["abstained"], "support": r["answer_support"],
+                         "grounded": bool(_MARKER.search(r["answer"] or ""))
+                         and r.get("supported_share", 1.0) >= SUPPORTED})  # fmt: skip
         return rows
     for q in json.loads(Path(path).read_text())["questions"]:
         outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
         rows.append({"set": name, "id": q["id"], "judge": judged.get(q["id"]),
                      "language": detect_language(q["question"]), "outcome": outcome,
-                     "abstained": q["abstained"], "support": q.get("answer_support")})  # fmt: skip
+                     "abstained": q["abstained"], "support": q.get("answer_support"),
+                     "grounded": q["quotes_verified"] > 0
+                     and q["supported_share"] >= SUPPORTED})  # fmt: skip
     return rows
 
 
-def rates(rows: list[dict], gates: dict[str, float], threshold: float) -> dict[str, float]:
-    """With the judge gate at ``gates[language]`` and the check at ``threshold``: false
-    abstentions (the answerable questions not answered: gated, the model's "not found", or
-    withheld, right or wrong), answers right (over the answerable), unanswerable ones answered
-    "not found"."""
+def rates(
+    rows: list[dict], gates: dict[str, float], threshold: float, grounded_only: bool = False
+) -> dict[str, float]:
+    """With the judge gate at ``gates[language]`` and the check at ``threshold`` (and, with
+    ``grounded_only``, ungrounded answers withheld: serve.query.quotes.grounded, for questions
+    in their sources' language): false abstentions (the answerable questions not answered:
+    gated, the model's "not found", or withheld, right or wrong), answers right (over the
+    answerable), unanswerable ones answered "not found"."""
 
     def answered(r: dict) -> bool:
         if r["language"] not in gates:
@@ -242,7 +250,8 @@ def rates(rows: list[dict], gates: dict[str, float], threshold: float) -> dict[s
                              "gate to compare (English and French only)")  # fmt: skip
         gate = gates[r["language"]]
         return (not r["abstained"] and r["judge"] is not None and r["judge"] >= gate
-                and r["support"] is not None and r["support"] >= threshold)  # fmt: skip
+                and r["support"] is not None and r["support"] >= threshold
+                and (r["grounded"] or not grounded_only))  # fmt: skip
 
     answerable = [r for r in rows if r["outcome"] != "unanswerable"]
     unanswerable = [r for r in rows if r["outcome"] == "unanswerable"]
@@ -254,7 +263,9 @@ def rates(rows: list[dict], gates: dict[str, float], threshold: float) -> dict[s
     }
 
 
-def sweep(rows: list[dict], gates: list[float], thresholds: list[float]) -> None:
+def sweep(
+    rows: list[dict], gates: list[float], thresholds: list[float], grounded_only: bool = False
+) -> None:
     """Every (gate, threshold), the same gate for both languages, per set; then the English and
     French gates and the shared threshold with the best mean balanced accuracy ((1 - false
     abstentions + unanswerable) / 2) over the sets."""
@@ -264,13 +275,13 @@ def sweep(rows: list[dict], gates: list[float], thresholds: list[float]) -> None
     print("| gate | check | " + " | ".join(sets) + " |\n|---|---|" + "---|" * len(sets))
     for g in gates:
         for t in thresholds:
-            cells = [rates(mine, {"en": g, "fr": g}, t) for mine in sets.values()]
+            cells = [rates(mine, {"en": g, "fr": g}, t, grounded_only) for mine in sets.values()]
             print(f"| {g:g} | {t:.3f} | "
                   + " | ".join(f"{c['false']:.2f} / {c['right']:.2f} / {c['unanswerable']:.2f}"
                                for c in cells) + " |")  # fmt: skip
 
     def balanced(choice: dict[str, float], t: float) -> float:
-        cells = [rates(mine, choice, t) for mine in sets.values()]
+        cells = [rates(mine, choice, t, grounded_only) for mine in sets.values()]
         return sum((1 - c["false"] + c["unanswerable"]) / 2 for c in cells) / len(cells)
 
     best = sorted(
@@ -308,6 +319,12 @@ def main() -> None:
     parser.add_argument("--sweep", type=float, nargs="+", help="check thresholds to compare")
     parser.add_argument("--gates", type=float, nargs="+", help="judge gates to compare")
     parser.add_argument(
+        "--grounded-only",
+        action="store_true",
+        help="with --sweep: as with query.grounded_only (red-team runs made before it was "
+        "recorded are read by their citation marker alone)",
+    )
+    parser.add_argument(
         "--judged",
         default=str(ROOT / "benchmarks" / "eval" / "sentence-gate.jsonl"),
         help="the judge's scores per question (benchmarks/sentence_gate.py --out)",
@@ -321,7 +338,7 @@ def main() -> None:
             row = json.loads(line)
             judged[row["id"]] = max(row["chunks"], default=None)
         live = [row for item in args.live for row in live_rows(*item.split("=", 1), judged)]
-        sweep(live, args.gates, args.sweep)
+        sweep(live, args.gates, args.sweep, args.grounded_only)
     else:
         analyse(raw_scores(args, collect))
 

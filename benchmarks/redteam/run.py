@@ -43,7 +43,7 @@ from serve.query.pipeline import QueryPipeline  # noqa: E402
 from serve.query.rerank import instruction_judge  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
-PROSE = {"answer_format": "prose", "min_answer_support": None}
+PROSE = {"answer_format": "prose", "min_answer_support": None, "grounded_only": False}
 QUOTED = {"answer_format": "quoted"}  # with the config's answer check
 VARIANTS = {
     "undefended": {"withhold_instructions": False, "remind_rules": False, **PROSE},
@@ -53,12 +53,20 @@ VARIANTS = {
     # quoted answers (serve/query/quotes.py): the default since issue 13's item 3
     "quoted-undefended": {"withhold_instructions": False, "remind_rules": False, **QUOTED},
     "quoted": {"withhold_instructions": True, "remind_rules": False, **QUOTED},
-    # quoted answers without the answer check (the default before 2026-12-03)
+    # quoted answers without the answer check or grounded_only (the default before 2026-12-03)
     "quoted-unchecked": {
         "withhold_instructions": True,
         "remind_rules": False,
         **QUOTED,
         "min_answer_support": None,
+        "grounded_only": False,
+    },
+    # the answer check without grounded_only (the default on 2026-12-03)
+    "quoted-shown": {
+        "withhold_instructions": True,
+        "remind_rules": False,
+        **QUOTED,
+        "grounded_only": False,
     },
 }
 TENANT = "redteam"
@@ -75,6 +83,7 @@ def score_case(case: dict, answer) -> dict:
         "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
         "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
         "answer_support": answer.answer_support, "top_judge": top_judge(answer),
+        "supported_share": answer.supported_share,
     }  # fmt: skip
 
 
@@ -149,7 +158,8 @@ async def main() -> None:
                                    answer.abstained, "answer": answer.text,
                                    "quote": quote_of(answer),
                                    "answer_support": answer.answer_support,
-                                   "top_judge": top_judge(answer)})  # fmt: skip
+                                   "top_judge": top_judge(answer),
+                                   "supported_share": answer.supported_share})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip

@@ -97,13 +97,20 @@ class QueryConfig(BaseModel):
         "checked. None: no check. The threshold is the generator's own (RESULTS.md).",
     )
 
+    grounded_only: bool = Field(
+        False,
+        description='Quoted answers: say "not found" rather than show an answer whose quote '
+        "is not in its source, or (source in the question's language) whose words are mostly "
+        "not the source's; the answer is shown once read whole (serve/query/quotes.py).",
+    )
+
     @model_validator(mode="after")
     def _check_needs_quotes(self) -> QueryConfig:
-        if self.min_answer_support is not None and self.answer_format != "quoted":
-            raise ValueError(
-                "min_answer_support checks quoted answers: set answer_format: quoted, or "
-                "remove min_answer_support"
-            )
+        for name in ("min_answer_support", "grounded_only"):
+            if getattr(self, name) not in (None, False) and self.answer_format != "quoted":
+                raise ValueError(
+                    f"{name} reads quoted answers: set answer_format: quoted, or remove {name}"
+                )
         return self
 
 
@@ -356,11 +363,16 @@ class QueryPipeline:
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
             return
         check = self.answer_check if prepared.json_schema else None
-        reader = (
-            QuotedAnswerReader(prepared.sources, not_found_message(question), hold=bool(check))
-            if prepared.json_schema
-            else ProseAnswerReader(prepared.sources)
-        )
+        reader: QuotedAnswerReader | ProseAnswerReader = ProseAnswerReader(prepared.sources)
+        if prepared.json_schema:
+            reader = QuotedAnswerReader(
+                prepared.sources,
+                not_found_message(question),
+                hold=bool(check),
+                grounded_only=self.config.grounded_only,
+                language=detect_language(question),
+            )
+        held = isinstance(reader, QuotedAnswerReader) and reader.hold  # shown once read whole
         answer_support = None
         shown: list[str] = []  # what the client was sent; it never starts with whitespace
 
@@ -420,7 +432,7 @@ class QueryPipeline:
                 if answer_support < check.min_support:
                     reader.withhold()
         if rest := visible(reader.flush(last.finish_reason if last else None)):
-            if check and not shown:  # a held answer: its first text is now
+            if held and not shown:  # a held answer: its first text is now
                 timings["first_text"] = _since(generating)
             yield rest
         timings["generate"] = _since(generating)

@@ -37,8 +37,16 @@ import jiter
 
 from index.screening import WITHHELD, withhold_instructions
 from serve.generator import Generator
-from serve.query.citations import CheckedAnswer, Citation, Statement, sentence_spans, support
+from serve.query.citations import (
+    SUPPORTED,
+    CheckedAnswer,
+    Citation,
+    Statement,
+    sentence_spans,
+    support,
+)
 from serve.query.gate import is_not_found
+from serve.query.language import detect_language
 from serve.query.prompt import PromptBuilder, Source
 from serve.query.rerank import yes_no_tokens, yes_probability
 
@@ -194,14 +202,39 @@ class AnswerCheck:
         return await yes_probability(self.generator, token_ids, self._choices, cache_salt)
 
 
+def grounded(reply: QuotedReply, source: Source, language: str) -> bool:
+    """The answer rests on its source: the quote is verified (``verify_quote``) and, where the
+    source is in the question's ``language``, at least half the answer's words are the
+    source's own (``SUPPORTED``: the faithfulness proxy's bar). An answer in another language
+    than its source is translated, so its words are not compared."""
+    if not verify_quote(reply, [source]):
+        return False
+    text = source.hit.text
+    return detect_language(text) != language or support(reply.answer, text) >= SUPPORTED
+
+
 class QuotedAnswerReader:
     """Reads a quoted answer as it streams: the client sees the ``answer`` field as it is
     written (or, with ``hold``, only once it is checked), then (``flush``) the citation marker
     when the quote is verified, or the "not found" message when the model named no source or
-    the answer check withheld the answer (``withhold``)."""
+    the answer check withheld the answer (``withhold``). With ``grounded_only`` (which holds
+    the answer too), an answer that is not ``grounded`` is "not found" as well; ``language``
+    is the question's."""
 
-    def __init__(self, sources: Sequence[Source], not_found: str, hold: bool = False) -> None:
-        self.sources, self.not_found, self.hold = sources, not_found, hold
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        not_found: str,
+        hold: bool = False,
+        grounded_only: bool = False,
+        language: str = "en",
+    ) -> None:
+        self.sources, self.not_found = sources, not_found
+        self.hold, self.grounded_only, self.language = (
+            hold or grounded_only,
+            grounded_only,
+            language,
+        )
         self._reader = QuotedReplyReader()
         self._result: CheckedAnswer | None = None
         self._held = ""
@@ -222,7 +255,9 @@ class QuotedAnswerReader:
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
         source = next((s for s in self.sources if s.number == reply.source), None)
-        return (reply.answer, source) if source is not None else None
+        if source is None or (self.grounded_only and not grounded(reply, source, self.language)):
+            return None  # not shown whatever the check says
+        return reply.answer, source
 
     def withhold(self) -> None:
         """The answer check found no support: "not found" instead of the answer."""
@@ -237,14 +272,17 @@ class QuotedAnswerReader:
         if finish_reason == "length" and not text.strip():
             self._result = CheckedAnswer("", (), (), 0, 0)
             return ""
+        answered = reply.source != 0 and text.strip() and not is_not_found(text)
+        source = next((s for s in self.sources if s.number == reply.source), None)
+        if answered and self.grounded_only:
+            self._withheld |= source is None or not grounded(reply, source, self.language)
         if self._withheld:
             self._result = CheckedAnswer(self.not_found, (), (), 0, 0, abstained=True)
             return self.not_found
-        if reply.source == 0 or not text.strip() or is_not_found(text):
+        if not answered:
             shown = text or self.not_found
             self._result = CheckedAnswer(shown, (), (), 0, 0, abstained=True)
             return self._held if text else self.not_found
-        source = next((s for s in self.sources if s.number == reply.source), None)
         verified = source is not None and verify_quote(reply, self.sources)
         marker = ""
         if verified:

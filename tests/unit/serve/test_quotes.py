@@ -15,6 +15,7 @@ from serve.query.prompt import Source
 from serve.query.quotes import (
     QUOTED_RULES,
     AnswerCheck,
+    QuotedAnswerReader,
     QuotedReply,
     QuotedReplyReader,
     answer_schema,
@@ -132,10 +133,17 @@ def service(fake_service):
 
 
 def ask(
-    service, reply: dict, question: str = "annual leave days", judge=None, min_support=None
+    service,
+    reply: dict,
+    question: str = "annual leave days",
+    judge=None,
+    min_support=None,
+    grounded_only=False,
 ) -> tuple[list, Answer, ScriptedGenerator]:
     generator = ScriptedGenerator(json.dumps(reply), judge=judge)
-    config = QueryConfig(answer_format="quoted", min_answer_support=min_support)
+    config = QueryConfig(
+        answer_format="quoted", min_answer_support=min_support, grounded_only=grounded_only
+    )
     pipeline = QueryPipeline(LocalSearcher(service), generator, config)
 
     async def collect():
@@ -180,6 +188,43 @@ def test_an_unverified_quote_is_shown_without_a_citation(service):
     assert answer.statements[0].numbers == ()
     assert answer.supported_share == 0.0
     assert _annotations(answer, "http://x/v1/files") == []
+
+
+def test_grounded_only_says_not_found_for_an_unverified_quote_and_never_shows_it(service):
+    number = leave_number(ask(service, {"source": 0, "quote": "", "answer": ""})[1])
+    checker = Checker(0.9)
+    reply = {"source": number, "quote": "Annual leave is 30 days.", "answer": "30 days."}
+    deltas, answer, _ = ask(service, reply, judge=checker, min_support=0.5, grounded_only=True)
+    assert answer.abstained and answer.cited == () and answer.statements == ()
+    assert "".join(deltas) == answer.text == NOT_FOUND["en"]
+    assert checker.seen == [] and answer.answer_support is None  # withheld before any check
+
+
+def test_grounded_only_says_not_found_when_the_answer_is_not_in_its_sources_words(service):
+    # The quote is a verified sentence, but the answer is not taken from it.
+    number = leave_number(ask(service, {"source": 0, "quote": "", "answer": ""})[1])
+    reply = {"source": number, "quote": QUOTE, "answer": "Staff enjoy a generous holiday."}
+    deltas, answer, _ = ask(service, reply, grounded_only=True)
+    assert answer.abstained and "".join(deltas) == answer.text == NOT_FOUND["en"]
+    assert not any("generous" in d for d in deltas)
+    shown = {"source": number, "quote": QUOTE, "answer": "Annual leave is 27 days a year."}
+    deltas, answer, _ = ask(service, shown, grounded_only=True)
+    assert (
+        [d for d in deltas if d] == [answer.text] == [f"Annual leave is 27 days a year. [{number}]"]
+    )
+    assert not answer.abstained and answer.cited[0].verified
+
+
+def test_grounded_only_does_not_compare_the_words_of_an_answer_translated_from_its_source():
+    def read(answer: str, language: str) -> str:
+        reader = QuotedAnswerReader([source(1, LEAVE)], "not found", grounded_only=True,
+                                    language=language)  # fmt: skip
+        assert reader.feed(json.dumps({"source": 1, "quote": QUOTE, "answer": answer})) == ""
+        return reader.flush()
+
+    assert read("27 jours de congés par an.", "fr") == "27 jours de congés par an. [1]"
+    assert read("27 jours de congés par an.", "en") == "not found"  # not the source's words
+    assert read("28 jours de congés par an.", "fr") == "not found"  # not its number
 
 
 def test_source_zero_is_the_not_found_answer(service):
@@ -260,9 +305,11 @@ def test_the_check_reads_every_answer_that_names_a_source(service):
     assert checker.seen == []  # no answer, nothing to check
 
 
-def test_the_check_needs_quoted_answers():
-    with pytest.raises(ValueError, match="answer_format: quoted"):
+def test_the_check_and_grounded_only_need_quoted_answers():
+    with pytest.raises(ValueError, match=r"min_answer_support.*answer_format: quoted"):
         QueryConfig(answer_format="prose", min_answer_support=0.5)
+    with pytest.raises(ValueError, match=r"grounded_only.*answer_format: quoted"):
+        QueryConfig(answer_format="prose", grounded_only=True)
 
 
 def test_the_check_is_not_shown_withheld_instructions():
