@@ -210,7 +210,8 @@ def analyse(rows: list[dict]) -> None:
 def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
     """Every question of a run made with the check at threshold 0 (it checked every answer and
     withheld none) and a judge gate lower than any compared: a `grounded eval --json` output
-    (the judge's best score per question from ``judged``) or benchmarks/redteam/run.py results
+    (the judge's best score per question as it records it, or, for runs made before it
+    did, from ``judged``) or benchmarks/redteam/run.py results
     (.jsonl, which record it; ``name`` is then the red-team set). Each row carries the
     question's language, which picks its gate as in the pipeline."""
     rows = []
@@ -227,7 +228,8 @@ def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
         return rows
     for q in json.loads(Path(path).read_text())["questions"]:
         outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
-        rows.append({"set": name, "id": q["id"], "judge": judged.get(q["id"]),
+        judge = q["top_judge"] if "top_judge" in q else judged.get(q["id"])  # older runs
+        rows.append({"set": name, "id": q["id"], "judge": judge,
                      "language": detect_language(q["question"]), "outcome": outcome,
                      "abstained": q["abstained"], "support": q.get("answer_support"),
                      "grounded": q["quotes_verified"] > 0

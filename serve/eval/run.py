@@ -100,6 +100,7 @@ class QuestionResult:
     quotes_verified: int = 0  # of those, found in the cited chunk
     quote: str | None = None  # quoted answers: the sentence the model quoted
     answer_support: float | None = None  # the answer check's P(yes), where it ran
+    top_judge: float | None = None  # the relevance judge's best score in the prompt (in-process)
     supported_share: float | None = None
     matched: bool | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -120,9 +121,11 @@ class AnswerView:
     timings: dict[str, float]
     quote: str | None = None  # quoted answers: the sentence the model quoted
     answer_support: float | None = None  # the answer check's P(yes), where it ran
+    top_judge: float | None = None  # the judge's best score among the prompt's sources
 
     @classmethod
     def of(cls, answer: Answer) -> AnswerView:
+        judged = [s.hit.rerank_score for s in answer.sources if s.hit.rerank_score is not None]
         return cls(
             answer.text,
             answer.abstained,
@@ -137,6 +140,7 @@ class AnswerView:
             answer.timings,
             next((c.quote for c in answer.cited if c.quote), None),
             answer.answer_support,
+            max(judged, default=None),
         )
 
     @classmethod
@@ -236,6 +240,7 @@ class Evaluator:
         result.quotes_verified = sum(c[3] is True for c in answer.citations)
         result.quote = answer.quote
         result.answer_support = answer.answer_support
+        result.top_judge = answer.top_judge
         result.supported_share = None if answer.abstained else answer.supported_share
         if question.answer_contains and not answer.abstained:
             result.matched = answer_matches(answer.text, question.answer_contains)
