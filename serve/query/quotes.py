@@ -205,12 +205,20 @@ class AnswerCheck:
 def grounded(reply: QuotedReply, source: Source, language: str) -> bool:
     """The answer rests on its source: the quote is verified (``verify_quote``) and, where the
     source is in the question's ``language``, at least half the answer's words are the
-    source's own (``SUPPORTED``: the faithfulness proxy's bar). An answer in another language
-    than its source is translated, so its words are not compared."""
+    source's own (``SUPPORTED``: the faithfulness proxy's bar), its section titles included (the
+    prompt shows them). An answer in another language than its source is translated, so its
+    words are not compared."""
     if not verify_quote(reply, [source]):
         return False
-    text = source.hit.text
-    return detect_language(text) != language or support(reply.answer, text) >= SUPPORTED
+    if detect_language(source.hit.text) != language:
+        return True
+    return support(reply.answer, shown_text(source)) >= SUPPORTED
+
+
+def shown_text(source: Source) -> str:
+    """What the prompt shows of a source that an answer may take words from: its section
+    titles and its text."""
+    return " ".join([*source.hit.heading_path, source.hit.text])
 
 
 class QuotedAnswerReader:
@@ -289,7 +297,7 @@ class QuotedAnswerReader:
             marker = ("" if text[-1].isspace() else " ") + f"[{reply.source}]"
         full = text + marker
         plain = text.strip()
-        backing = support(plain, source.hit.text) if source else 0.0
+        backing = support(plain, shown_text(source)) if source else 0.0
         # The whole answer rests on the quote: one statement; uncited unless verified.
         numbers = (reply.source,) if verified else ()
         statement = Statement(plain, numbers, backing if verified else 0.0,

@@ -227,6 +227,16 @@ def test_grounded_only_does_not_compare_the_words_of_an_answer_translated_from_i
     assert read("28 jours de congés par an.", "fr") == "not found"  # not its number
 
 
+def test_grounded_only_reads_an_answer_taken_from_its_sources_section_title():
+    hit = SearchHit(
+        chunk_id="c1", doc_id="d1", file_name="Homelessness.md", text=QUOTE, start=0,
+        end=len(QUOTE), heading_path=("Homelessness",), page=None,
+    )  # fmt: skip
+    reader = QuotedAnswerReader([Source(1, hit)], "not found", grounded_only=True)
+    reader.feed(json.dumps({"source": 1, "quote": QUOTE, "answer": "Homelessness"}))
+    assert reader.flush() == "Homelessness [1]"
+
+
 def test_source_zero_is_the_not_found_answer(service):
     deltas, answer, _ = ask(service, {"source": 0, "quote": "", "answer": ""})
     assert answer.abstained and answer.text == NOT_FOUND["en"] == "".join(deltas)
