@@ -20,6 +20,9 @@ accuracy over the given (development) sets:
 
     .venv/bin/python benchmarks/answer_check.py --sweep 0 0.3 0.5 0.577 --gates -1 2 4.122 \
         --live human-en-dev=<eval --json> --live redteam=<redteam/run.py results .jsonl>
+
+``--grounded-only`` reads the same runs as with ``query.grounded_only`` (the runs must be made
+without it, so that every answer is recorded).
 """
 
 from __future__ import annotations

@@ -238,11 +238,8 @@ class QuotedAnswerReader:
         language: str = "en",
     ) -> None:
         self.sources, self.not_found = sources, not_found
-        self.hold, self.grounded_only, self.language = (
-            hold or grounded_only,
-            grounded_only,
-            language,
-        )
+        self.hold = hold or grounded_only
+        self.grounded_only, self.language = grounded_only, language
         self._reader = QuotedReplyReader()
         self._result: CheckedAnswer | None = None
         self._held = ""
@@ -280,7 +277,7 @@ class QuotedAnswerReader:
         if finish_reason == "length" and not text.strip():
             self._result = CheckedAnswer("", (), (), 0, 0)
             return ""
-        answered = reply.source != 0 and text.strip() and not is_not_found(text)
+        answered = reply.source != 0 and bool(text.strip()) and not is_not_found(text)
         source = next((s for s in self.sources if s.number == reply.source), None)
         if answered and self.grounded_only:
             self._withheld |= source is None or not grounded(reply, source, self.language)
