@@ -41,7 +41,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.business_gate import unanswerable  # noqa: E402
+from benchmarks.grounded_only import chunks_of, kept, red_team_questions, wiki_chunks  # noqa: E402
 from benchmarks.retrieval_quality import CACHE  # noqa: E402
 from benchmarks.sentence_gate import raw_scores  # noqa: E402
 from index.pipeline import discover  # noqa: E402
@@ -49,7 +49,6 @@ from index.service import IndexService  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.generator import VllmGenerator  # noqa: E402
 from serve.models import resolve_model  # noqa: E402
-from serve.query.citations import SUPPORTED  # noqa: E402
 from serve.query.language import detect_language  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
 from serve.query.prompt import PromptBuilder  # noqa: E402
@@ -64,6 +63,12 @@ RED_TEAM = ("redteam", "redteam-heldout", "redteam-heldout2")
 READINGS = {
     "chunk": CHECK_USER,
     "quote": CHECK_USER.replace("Source:", "Sentence:").replace("the source", "the sentence"),
+    # the cited chunk, with the quoted sentence named under the answer
+    "chunk+quote": CHECK_USER.replace(
+        "Proposed answer: {answer}\n",
+        "Proposed answer: {answer}\n"
+        "The answer is taken from this sentence of the source: {quote}\n",
+    ),
 }
 _MARKER = re.compile(r"\s*\[\d+\]\s*$")
 
@@ -81,18 +86,19 @@ async def cited_chunk(pipeline, tenant: str, question: str, quote: str) -> str |
     return next((h.text for h in hits if _normalise(quote) in _normalise(h.text)), None)
 
 
-async def check(generator, pipeline, tenant: str, row: dict) -> dict:
+async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]) -> dict:
     escape = PromptBuilder(generator.special_tokens).escape
     chunk = await cited_chunk(pipeline, tenant, row["question"], row["quote"])
     answer = _MARKER.sub("", row["answer"])
     out = dict(row, found_chunk=chunk is not None)
-    for reading, template in READINGS.items():
+    for reading in readings:
         evidence = row["quote"] if reading == "quote" else chunk
         if evidence is None:
             continue
-        user = template.format(
-            source=escape(evidence), question=escape(row["question"]), answer=escape(answer)
-        )
+        user = READINGS[reading].format(
+            source=escape(evidence), question=escape(row["question"]), answer=escape(answer),
+            quote=escape(row["quote"]),
+        )  # fmt: skip
         prompt = generator.render(
             [{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}]
         )
@@ -102,14 +108,6 @@ async def check(generator, pipeline, tenant: str, row: dict) -> dict:
         )
         out[f"{reading}_s"] = time.perf_counter() - started
     return out
-
-
-def red_team_questions(name: str) -> dict[str, str]:
-    """A red-team set's questions by id: its cases' and the business questions it does not
-    answer."""
-    cases = (ROOT / "benchmarks" / name / "cases.jsonl").read_text().splitlines()
-    questions = {c["id"]: c["question"] for c in map(json.loads, cases)}
-    return questions | {q["id"]: q["question"] for q in unanswerable()}
 
 
 def red_team_rows(name: str, results: str) -> list[dict]:
@@ -174,7 +172,7 @@ async def collect(args) -> list[dict]:
                     )
                 )
                 for row in red_team_rows(name, args.results):
-                    out.append(await check(generator, pipeline, name, row))
+                    out.append(await check(generator, pipeline, name, row, args.readings))
                 print(f"{name}: done", file=sys.stderr, flush=True)
             service.close()
         service = IndexService(config.index, config.data_dir).start()
@@ -183,7 +181,7 @@ async def collect(args) -> list[dict]:
             name, path = item.split("=", 1)
             tenant = "wiki-" + name.rsplit("-", 1)[-1]
             for row in eval_rows(name, path):
-                out.append(await check(generator, pipeline, tenant, row))
+                out.append(await check(generator, pipeline, tenant, row, args.readings))
             print(f"{name}: done", file=sys.stderr, flush=True)
         service.close()
     finally:
@@ -191,52 +189,78 @@ async def collect(args) -> list[dict]:
     return out
 
 
+def separation(good: list[float], bad: list[float]) -> float | None:
+    """The chance that a correct answer scores above a wrong or unanswerable one (ties count
+    half): 0.5 is a check that cannot tell them apart."""
+    if not good or not bad:
+        return None
+    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+    return wins / (len(good) * len(bad))
+
+
 def analyse(rows: list[dict]) -> None:
     print(
         "| reading | threshold (redteam) | set | correct kept | wrong stopped | "
-        "unanswerable stopped |\n|---|---|---|---|---|---|"
+        "unanswerable stopped | separation |\n|---|---|---|---|---|---|---|"
     )
-    for reading in READINGS:
-        dev = [r for r in rows if r["set"] == "redteam" and reading in r]
+    # a row's "quote" is its quoted text unless the quote reading scored it
+    scored = {
+        reading: [r for r in rows if isinstance(r.get(reading), float)] for reading in READINGS
+    }
+    for reading in (reading for reading in READINGS if scored[reading]):
+        dev = [r for r in scored[reading] if r["set"] == "redteam"]
         good = sorted(r[reading] for r in dev if r["outcome"] == "correct")
         # the highest threshold that keeps at least 95 % of the development set's correct answers
         threshold = good[int(0.05 * len(good))] if good else 0.5
         for name in dict.fromkeys(r["set"] for r in rows):
-            mine = [r for r in rows if r["set"] == name and reading in r]
+            mine = [r for r in scored[reading] if r["set"] == name]
             cells = []
             for outcome, keep in (("correct", True), ("wrong", False), ("unanswerable", False)):
                 xs = [r[reading] >= threshold for r in mine if r["outcome"] == outcome]
                 cells.append(f"{sum(x == keep for x in xs)} of {len(xs)}")
+            split = separation(
+                [r[reading] for r in mine if r["outcome"] == "correct"],
+                [r[reading] for r in mine if r["outcome"] != "correct"],
+            )
+            cells.append("-" if split is None else f"{split:.2f}")
             print(f"| {reading} | {threshold:.3f} | {name} | " + " | ".join(cells) + " |")
 
 
 def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
     """Every question of a run made with the check at threshold 0 (it checked every answer and
-    withheld none) and a judge gate lower than any compared: a `grounded eval --json` output
-    (the judge's best score per question as it records it, or, for runs made before it
-    did, from ``judged``) or benchmarks/redteam/run.py results
-    (.jsonl, which record it; ``name`` is then the red-team set). Each row carries the
-    question's language, which picks its gate as in the pipeline."""
+    withheld none), a judge gate lower than any compared and without ``grounded_only``: a
+    `grounded eval --json` output over wiki-<lang>, ``lang`` named in ``name`` (the judge's
+    best score per question as it records it, or, for runs made before it did, from
+    ``judged``) or benchmarks/redteam/run.py results (.jsonl, which record it; ``name`` is then
+    the red-team set). Each row carries the question's language, which picks its gate as in
+    the pipeline, and whether ``grounded_only`` would show its answer (grounded_only.kept, on
+    the chunks that hold its quote)."""
     rows = []
     if path.endswith(".jsonl"):
-        questions = red_team_questions(name)
+        questions, hits = red_team_questions(name), chunks_of(name)
         for r in map(json.loads, Path(path).read_text().splitlines()):
             outcome = "correct" if r.get("correct") else "wrong"
+            question, answer = questions[r["id"]], _MARKER.sub("", r["answer"] or "")
             rows.append({"set": name, "id": r["id"], "judge": r.get("top_judge"),
-                         "language": detect_language(questions[r["id"]]),
+                         "language": detect_language(question),
                          "outcome": "unanswerable" if r.get("unanswerable") else outcome,
                          "abstained": r["abstained"], "support": r["answer_support"],
-                         "grounded": bool(_MARKER.search(r["answer"] or ""))
-                         and r.get("supported_share", 1.0) >= SUPPORTED})  # fmt: skip
+                         "grounded": kept(question, answer, r.get("quote") or "",
+                                          hits)})  # fmt: skip
         return rows
+    language = next((part for part in name.split("-") if part in ("en", "fr")), None)
+    if language is None:
+        raise SystemExit(f"--live {name}: name the tenant's language (en or fr) in NAME")
+    hits = wiki_chunks(f"wiki-{language}", CACHE / "data")
     for q in json.loads(Path(path).read_text())["questions"]:
         outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
         judge = q["top_judge"] if "top_judge" in q else judged.get(q["id"])  # older runs
+        answer = _MARKER.sub("", q["answer"] or "")
         rows.append({"set": name, "id": q["id"], "judge": judge,
                      "language": detect_language(q["question"]), "outcome": outcome,
                      "abstained": q["abstained"], "support": q.get("answer_support"),
-                     "grounded": q["quotes_verified"] > 0
-                     and q["supported_share"] >= SUPPORTED})  # fmt: skip
+                     "grounded": kept(q["question"], answer, q.get("quote") or "",
+                                      hits)})  # fmt: skip
     return rows
 
 
@@ -313,6 +337,10 @@ def main() -> None:
         help="NAME=PATH: a `grounded eval --json` output over wiki-<lang>",
     )
     parser.add_argument("--out")
+    parser.add_argument(
+        "--readings", nargs="+", choices=list(READINGS), default=list(READINGS),
+        help="what the check reads beside the question and the answer",
+    )  # fmt: skip
     parser.add_argument("--analyse")
     parser.add_argument(
         "--live",

@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "configs" / "cpu.yaml"
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.answer_check import red_team_questions  # noqa: E402
+from benchmarks.business_gate import unanswerable  # noqa: E402
 from benchmarks.redteam.validate import norm  # noqa: E402
 from index.loaders import load_document  # noqa: E402
 from index.pipeline import discover  # noqa: E402
@@ -29,7 +32,6 @@ from index.service import Embedders  # noqa: E402
 from index.types import SearchHit  # noqa: E402
 from serve.config import load_config  # noqa: E402
 from serve.query.gate import NOT_FOUND  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
 from serve.query.prompt import Source  # noqa: E402
 from serve.query.quotes import QuotedReply, grounded  # noqa: E402
 
@@ -40,7 +42,15 @@ def _normalise(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def chunks_of(name: str, config_path: Path) -> list[SearchHit]:
+def red_team_questions(name: str) -> dict[str, str]:
+    """A red-team set's questions by id: its cases' and the business questions it does not
+    answer."""
+    cases = (ROOT / "benchmarks" / name / "cases.jsonl").read_text().splitlines()
+    questions = {c["id"]: c["question"] for c in map(json.loads, cases)}
+    return questions | {q["id"]: q["question"] for q in unanswerable()}
+
+
+def chunks_of(name: str, config_path: Path = CONFIG) -> list[SearchHit]:
     """Every chunk of the set's documents, as ingest cuts it."""
     config = load_config(config_path)
     _, chunker = Embedders(config.index).get(config.index.embedder_name(name))
@@ -54,6 +64,30 @@ def chunks_of(name: str, config_path: Path) -> list[SearchHit]:
                                   end=c.end, heading_path=c.heading_path,
                                   page=c.page))  # fmt: skip
     return hits
+
+
+def wiki_chunks(tenant: str, data_dir: Path) -> list[SearchHit]:
+    """Every chunk of an evaluation tenant (``grounded eval`` over ``data_dir``), as stored;
+    read-only."""
+    path = data_dir / "tenants" / tenant / "shard.sqlite3"
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = db.execute(
+            "SELECT c.chunk_id, c.doc_id, d.file_name, c.text, c.start, c.end, c.heading_path,"
+            " c.page FROM chunks c JOIN documents d USING (doc_id)"
+        ).fetchall()
+    return [SearchHit(chunk_id=c, doc_id=d, file_name=f, text=t, start=s, end=e,
+                      heading_path=tuple(json.loads(h)), page=p)
+            for c, d, f, t, s, e, h, p in rows]  # fmt: skip
+
+
+def kept(question: str, answer: str, quote: str, hits: list[SearchHit]) -> bool:
+    """Whether ``query.grounded_only`` shows a recorded answer (its citation marker removed):
+    grounded (serve.query.quotes.grounded) in a chunk that holds its quote. The chunk the
+    model cited is not recorded; with overlapping chunks any holder counts."""
+    wanted = _normalise(quote)
+    holders = [h for h in hits if wanted and wanted in _normalise(h.text)]
+    reply = QuotedReply(1, quote, answer)
+    return any(grounded(reply, Source(1, h), question) for h in holders)
 
 
 def main() -> None:
@@ -72,23 +106,18 @@ def main() -> None:
     after = dict(before)
     for r in rows:
         answer = _MARKER.sub("", r["answer"] or "")
-        kept = not r["abstained"]
-        if kept:
-            quote = _normalise(r.get("quote") or "")
-            holders = [h for h in hits if quote and quote in _normalise(h.text)]
-            language = detect_language(questions[r["id"]])
-            reply = QuotedReply(1, r.get("quote") or "", answer)
-            kept = any(grounded(reply, Source(1, h), language) for h in holders)
-            if not kept:
+        keep = not r["abstained"]
+        if keep:
+            keep = kept(questions[r["id"]], answer, r.get("quote") or "", hits)
+            if not keep:
                 kind = "unanswerable" if r.get("unanswerable") else (
                     "correct" if r.get("correct") else "wrong")  # fmt: skip
-                print(f"withheld: {r['id']} ({kind}): {answer[:80]!r}"
-                      + ("" if holders else " (quote in no chunk)"))  # fmt: skip
+                print(f"withheld: {r['id']} ({kind}): {answer[:80]!r}")
         # A withheld answer is the "not found" message: obeyed only where the case's injection
         # asked for that (benchmarks/redteam/run.py scores it so).
         case = cases.get(r["id"], {})
         withheld_obeys = any(norm(o) in norm(NOT_FOUND["en"]) for o in case.get("obeyed_if", []))
-        for counts, shown in ((before, not r["abstained"]), (after, kept)):
+        for counts, shown in ((before, not r["abstained"]), (after, keep)):
             if r.get("unanswerable"):
                 counts["not found"] += not shown
             else:

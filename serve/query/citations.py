@@ -71,19 +71,19 @@ def supported_share(statements: Sequence[Statement]) -> float:
     unsupported, and so is one whose citation was only inferred: inference picks the chunk by
     this same overlap, so counting it would make the proxy unable to fail. 1.0 for an answer
     without statements."""
-    counted = [s for s in statements if _words(s.text)]
+    counted = [s for s in statements if content_words(s.text)]
     supported = sum(s.support >= SUPPORTED and not s.inferred for s in counted)
     return supported / len(counted) if counted else 1.0
 
 
-def _words(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
     """Content-bearing words: numbers, and words of three or more letters, case-folded."""
     return {w for w in _WORD.findall(text.casefold()) if len(w) > 2 or w.isdigit()}
 
 
 def support(sentence: str, evidence: str) -> float:
-    words = _words(sentence)
-    return len(words & _words(evidence)) / len(words) if words else 0.0
+    words = content_words(sentence)
+    return len(words & content_words(evidence)) / len(words) if words else 0.0
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -162,7 +162,7 @@ def _statement(text: str, span: tuple[int, int], by_number: dict[int, Source]) -
     if numbers:
         evidence = " ".join(by_number[n].hit.text for n in numbers)
         return Statement(plain, numbers, support(plain, evidence), span=span)
-    if len(_words(plain)) >= INFERRED_MIN_WORDS and by_number:
+    if len(content_words(plain)) >= INFERRED_MIN_WORDS and by_number:
         best, score = max(
             ((n, support(plain, source.hit.text)) for n, source in by_number.items()),
             key=lambda pair: pair[1],

@@ -370,7 +370,7 @@ class QueryPipeline:
                 not_found_message(question),
                 hold=bool(check),
                 grounded_only=self.config.grounded_only,
-                language=detect_language(question),
+                question=question,
             )
         held = isinstance(reader, QuotedAnswerReader) and reader.hold  # shown once read whole
         answer_support = None

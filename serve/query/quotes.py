@@ -42,6 +42,7 @@ from serve.query.citations import (
     CheckedAnswer,
     Citation,
     Statement,
+    content_words,
     sentence_spans,
     support,
 )
@@ -71,6 +72,11 @@ Proposed answer: {answer}
 Does the source state this answer to this question? Reply yes or no."""
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# An answer that adds nothing to its question may still answer it: yes or no, or one of the
+# alternatives the question names.
+_YES_NO = frozenset({"yes", "oui", "non"})  # "no" is under content words' three letters
+_YES_NO_ANSWER = re.compile(r"\b(?:yes|no|oui|non)\b", re.IGNORECASE)
+_CHOICE = re.compile(r"\s(?:or|ou)\s", re.IGNORECASE)
 # A thousands separator between digit groups ("117,000", "12 000", "35\u202f786"): the same
 # number however it is written.
 _GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
@@ -202,17 +208,26 @@ class AnswerCheck:
         return await yes_probability(self.generator, token_ids, self._choices, cache_salt)
 
 
-def grounded(reply: QuotedReply, source: Source, language: str) -> bool:
+def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     """The answer rests on its source: the quote is verified (``verify_quote``) and, where the
-    source is in the question's ``language``, at least half the answer's words are the
-    source's own (``SUPPORTED``: the faithfulness proxy's bar), its section titles included (the
-    prompt shows them). An answer in another language than its source is translated, so its
-    words are not compared."""
+    source is in the question's language, at least half of the answer's words, and at least
+    half of those it adds to the question, are the source's own (``SUPPORTED``: the
+    faithfulness proxy's bar), its section titles included (the prompt shows them). "La
+    capitale des Fidji est Suva" adds only "Suva" to "Quelle est la capitale des Fidji ?": it
+    is grounded only if the source says Suva. An answer that adds nothing is the question
+    restated ("Nantes" for "who is the mayor of Nantes?"), unless it is yes or no, or the
+    question offers the choice ("Paris or Lyon?"). An answer in another language than its
+    source is translated, so its words are not compared."""
     if not verify_quote(reply, [source]):
         return False
-    if detect_language(source.hit.text) != language:
+    if detect_language(source.hit.text) != detect_language(question):
         return True
-    return support(reply.answer, shown_text(source)) >= SUPPORTED
+    words = content_words(reply.answer) - _YES_NO
+    added = words - content_words(question)
+    theirs = content_words(shown_text(source))
+    if any(len(part & theirs) < SUPPORTED * len(part) for part in (words, added)):
+        return False
+    return bool(added or _YES_NO_ANSWER.search(reply.answer) or _CHOICE.search(question))
 
 
 def shown_text(source: Source) -> str:
@@ -226,8 +241,8 @@ class QuotedAnswerReader:
     written (or, with ``hold``, only once it is checked), then (``flush``) the citation marker
     when the quote is verified, or the "not found" message when the model named no source or
     the answer check withheld the answer (``withhold``). With ``grounded_only`` (which holds
-    the answer too), an answer that is not ``grounded`` is "not found" as well; ``language``
-    is the question's."""
+    the answer too), an answer that is not ``grounded`` in its source as an answer to
+    ``question`` is "not found" as well."""
 
     def __init__(
         self,
@@ -235,11 +250,11 @@ class QuotedAnswerReader:
         not_found: str,
         hold: bool = False,
         grounded_only: bool = False,
-        language: str = "en",
+        question: str = "",
     ) -> None:
         self.sources, self.not_found = sources, not_found
         self.hold = hold or grounded_only
-        self.grounded_only, self.language = grounded_only, language
+        self.grounded_only, self.question = grounded_only, question
         self._reader = QuotedReplyReader()
         self._result: CheckedAnswer | None = None
         self._held = ""
@@ -260,7 +275,7 @@ class QuotedAnswerReader:
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
         source = next((s for s in self.sources if s.number == reply.source), None)
-        if source is None or (self.grounded_only and not grounded(reply, source, self.language)):
+        if source is None or (self.grounded_only and not grounded(reply, source, self.question)):
             return None  # not shown whatever the check says
         return reply.answer, source
 
@@ -280,7 +295,7 @@ class QuotedAnswerReader:
         answered = reply.source != 0 and bool(text.strip()) and not is_not_found(text)
         source = next((s for s in self.sources if s.number == reply.source), None)
         if answered and self.grounded_only:
-            self._withheld |= source is None or not grounded(reply, source, self.language)
+            self._withheld |= source is None or not grounded(reply, source, self.question)
         if self._withheld:
             self._result = CheckedAnswer(self.not_found, (), (), 0, 0, abstained=True)
             return self.not_found

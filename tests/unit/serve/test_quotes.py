@@ -29,6 +29,7 @@ pytestmark = pytest.mark.unit
 
 LEAVE = "Annual leave is 27 days per calendar year. Unused days expire in March."
 PUMP = "The pump needs oil every month.\nA new filter is fitted every year."
+QUOTE = "Annual leave is 27 days per calendar year."
 
 
 def source(number: int, text: str) -> Source:
@@ -215,16 +216,41 @@ def test_grounded_only_says_not_found_when_the_answer_is_not_in_its_sources_word
     assert not answer.abstained and answer.cited[0].verified
 
 
-def test_grounded_only_does_not_compare_the_words_of_an_answer_translated_from_its_source():
-    def read(answer: str, language: str) -> str:
-        reader = QuotedAnswerReader([source(1, LEAVE)], "not found", grounded_only=True,
-                                    language=language)  # fmt: skip
-        assert reader.feed(json.dumps({"source": 1, "quote": QUOTE, "answer": answer})) == ""
-        return reader.flush()
+def grounded_reply(answer: str, question: str, text: str = LEAVE, quote: str = QUOTE) -> str:
+    """What a grounded_only reader shows for ``answer`` to ``question``, quoted from ``text``."""
+    reader = QuotedAnswerReader([source(1, text)], "not found", grounded_only=True,
+                                question=question)  # fmt: skip
+    assert reader.feed(json.dumps({"source": 1, "quote": quote, "answer": answer})) == ""
+    return reader.flush()
 
-    assert read("27 jours de congés par an.", "fr") == "27 jours de congés par an. [1]"
-    assert read("27 jours de congés par an.", "en") == "not found"  # not the source's words
-    assert read("28 jours de congés par an.", "fr") == "not found"  # not its number
+
+def test_grounded_only_does_not_compare_the_words_of_an_answer_translated_from_its_source():
+    french, english = "Combien de jours de congés a-t-on par an ?", "How much leave do we get?"
+    assert grounded_reply("27 jours de congés par an.", french) == "27 jours de congés par an. [1]"
+    assert grounded_reply("27 jours de congés par an.", english) == "not found"  # not its words
+    assert grounded_reply("28 jours de congés par an.", french) == "not found"  # not its number
+
+
+def test_grounded_only_reads_what_the_answer_adds_to_the_question():
+    # Most of this answer's words are its source's, but only because they are the question's:
+    # what it adds (Suva) is not in the source.
+    fiji = "Fiji is a country in Melanesia, in the South Pacific Ocean."
+    question = "What is the capital of the country Fiji in the South Pacific?"
+    suva = "The capital of the country Fiji in the South Pacific is Suva."
+    assert grounded_reply(suva, question, fiji, fiji) == "not found"
+    assert grounded_reply("Fiji", question, fiji, fiji) == "not found"  # the question restated
+    assert grounded_reply("Melanesia", question, fiji, fiji) == "Melanesia [1]"
+    assert grounded_reply("27 days", "How much annual leave per calendar year?") == "27 days [1]"
+
+
+def test_grounded_only_lets_an_answer_restate_the_question_when_it_says_yes_or_no_or_chooses():
+    assert grounded_reply("Yes, annual leave is 27 days.", "Is annual leave 27 days?") == (
+        "Yes, annual leave is 27 days. [1]"
+    )
+    assert grounded_reply("No", "Is annual leave 27 days?") == "No [1]"
+    assert grounded_reply("Annual leave", "Is it annual leave or sick leave that is 27 days?") == (
+        "Annual leave [1]"
+    )
 
 
 def test_grounded_only_reads_an_answer_taken_from_its_sources_section_title():
@@ -232,7 +258,8 @@ def test_grounded_only_reads_an_answer_taken_from_its_sources_section_title():
         chunk_id="c1", doc_id="d1", file_name="Homelessness.md", text=QUOTE, start=0,
         end=len(QUOTE), heading_path=("Homelessness",), page=None,
     )  # fmt: skip
-    reader = QuotedAnswerReader([Source(1, hit)], "not found", grounded_only=True)
+    reader = QuotedAnswerReader([Source(1, hit)], "not found", grounded_only=True,
+                                question="What is the name of lacking a stable home?")  # fmt: skip
     reader.feed(json.dumps({"source": 1, "quote": QUOTE, "answer": "Homelessness"}))
     assert reader.flush() == "Homelessness [1]"
 
@@ -259,9 +286,6 @@ def test_a_reply_cut_by_max_tokens_before_its_answer_is_empty_not_an_abstention(
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(answer_format="quoted"))
     answer = asyncio.run(pipeline.answer("acme", "annual leave days", max_tokens=20))
     assert answer.text == "" and not answer.abstained and answer.cited == ()
-
-
-QUOTE = "Annual leave is 27 days per calendar year."
 
 
 class Checker:
