@@ -179,7 +179,7 @@ async def collect(args) -> list[dict]:
         pipeline = QueryPipeline(LocalSearcher(service), None, query)
         for item in args.eval:
             name, path = item.split("=", 1)
-            tenant = "wiki-" + name.rsplit("-", 1)[-1]
+            tenant = wiki_tenant(name)
             for row in eval_rows(name, path):
                 out.append(await check(generator, pipeline, tenant, row, args.readings))
             print(f"{name}: done", file=sys.stderr, flush=True)
@@ -226,6 +226,15 @@ def analyse(rows: list[dict]) -> None:
             print(f"| {reading} | {threshold:.3f} | {name} | " + " | ".join(cells) + " |")
 
 
+def wiki_tenant(name: str) -> str:
+    """The Wikipedia tenant of an evaluation run named NAME: wiki-en or wiki-fr, by the
+    language NAME names (human-fr-dev: wiki-fr)."""
+    language = next((part for part in name.split("-") if part in ("en", "fr")), None)
+    if language is None:
+        raise SystemExit(f"{name}: name the run's language (en or fr) in NAME")
+    return f"wiki-{language}"
+
+
 def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
     """Every question of a run made with the check at threshold 0 (it checked every answer and
     withheld none), a judge gate lower than any compared and without ``grounded_only``: a
@@ -248,10 +257,7 @@ def live_rows(name: str, path: str, judged: dict[str, float]) -> list[dict]:
                          "grounded": kept(question, answer, r.get("quote") or "",
                                           hits)})  # fmt: skip
         return rows
-    language = next((part for part in name.split("-") if part in ("en", "fr")), None)
-    if language is None:
-        raise SystemExit(f"--live {name}: name the tenant's language (en or fr) in NAME")
-    hits = wiki_chunks(f"wiki-{language}", CACHE / "data")
+    hits = wiki_chunks(wiki_tenant(name), CACHE / "data")
     for q in json.loads(Path(path).read_text())["questions"]:
         outcome = "unanswerable" if not q["answerable"] else "correct" if q["matched"] else "wrong"
         judge = q["top_judge"] if "top_judge" in q else judged.get(q["id"])  # older runs
