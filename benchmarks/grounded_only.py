@@ -8,6 +8,9 @@ found". The answer check is not re-run: with the rule it would not run on a with
 and it does not change the others.
 
     .venv/bin/python benchmarks/grounded_only.py --set redteam-heldout RESULTS.jsonl
+
+``kept`` is the rule on one recorded answer; with ``wiki_chunks`` (an evaluation tenant's stored
+chunks) benchmarks/answer_check.py's sweep applies it to `grounded eval --json` runs too.
 """
 
 from __future__ import annotations
