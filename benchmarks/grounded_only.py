@@ -73,6 +73,9 @@ def wiki_chunks(tenant: str, data_dir: Path) -> list[SearchHit]:
     """Every chunk of an evaluation tenant (``grounded eval`` over ``data_dir``), as stored;
     read-only."""
     path = data_dir / "tenants" / tenant / "shard.sqlite3"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such shard; build the evaluation tenant {tenant} first "
+                         "(benchmarks/retrieval_quality.py, or `grounded ingest`)")  # fmt: skip
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         rows = db.execute(
             "SELECT c.chunk_id, c.doc_id, d.file_name, c.text, c.start, c.end, c.heading_path,"
