@@ -56,6 +56,17 @@ from serve.query.quotes import CHECK_SYSTEM, CHECK_USER  # noqa: E402
 from serve.query.rerank import RerankConfig, yes_no_tokens, yes_probability  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
+# The shipped check asked in French (the reading "chunk-fr", French questions only).
+CHECK_SYSTEM_FR = (
+    "Tu vérifies des réponses d'après une source. Réponds par un seul mot : oui ou non."
+)
+CHECK_USER_FR = """Source :
+{source}
+
+Question : {question}
+Réponse proposée : {answer}
+
+La source donne-t-elle cette réponse à cette question ? Réponds oui ou non."""
 RED_TEAM = ("redteam", "redteam-heldout", "redteam-heldout2")
 # The shipped check (serve.query.quotes.AnswerCheck) reads the cited chunk: "chunk" here, with
 # the chunk's stored text (the shipped check leaves withheld passages out). "quote": the same
@@ -69,6 +80,8 @@ READINGS = {
         "Proposed answer: {answer}\n"
         "The answer is taken from this sentence of the source: {quote}\n",
     ),
+    # the shipped reading asked in French, for French questions only (English rows are skipped)
+    "chunk-fr": CHECK_USER_FR,
 }
 _MARKER = re.compile(r"\s*\[\d+\]\s*$")
 
@@ -86,25 +99,39 @@ async def cited_chunk(pipeline, tenant: str, question: str, quote: str) -> str |
     return next((h.text for h in hits if _normalise(quote) in _normalise(h.text)), None)
 
 
+def choices(generator, reading: str) -> tuple[frozenset[int], frozenset[int]]:
+    """The single tokens of yes and no that P(yes) reads: with oui and non for "chunk-fr"."""
+    yes, no = yes_no_tokens(generator)
+    if reading != "chunk-fr":
+        return yes, no
+
+    def single(words: tuple[str, ...]) -> frozenset[int]:
+        return frozenset(ids[0] for ids in map(generator.encode, words) if len(ids) == 1)
+
+    return yes | single(("oui", "Oui", " oui", " Oui")), no | single(("non", "Non", " non", " Non"))
+
+
 async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]) -> dict:
     escape = PromptBuilder(generator.special_tokens).escape
     chunk = await cited_chunk(pipeline, tenant, row["question"], row["quote"])
     answer = _MARKER.sub("", row["answer"])
     out = dict(row, found_chunk=chunk is not None)
+    french = detect_language(row["question"]) == "fr"
     for reading in readings:
         evidence = row["quote"] if reading == "quote" else chunk
-        if evidence is None:
+        if evidence is None or (reading == "chunk-fr" and not french):
             continue
+        system = CHECK_SYSTEM_FR if reading == "chunk-fr" else CHECK_SYSTEM
         user = READINGS[reading].format(
             source=escape(evidence), question=escape(row["question"]), answer=escape(answer),
             quote=escape(row["quote"]),
         )  # fmt: skip
         prompt = generator.render(
-            [{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}]
+            [{"role": "system", "content": system}, {"role": "user", "content": user}]
         )
         started = time.perf_counter()
         out[reading] = await yes_probability(
-            generator, prompt, yes_no_tokens(generator), "answer-check"
+            generator, prompt, choices(generator, reading), "answer-check"
         )
         out[f"{reading}_s"] = time.perf_counter() - started
     return out

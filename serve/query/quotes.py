@@ -70,13 +70,35 @@ Question: {question}
 Proposed answer: {answer}
 
 Does the source state this answer to this question? Reply yes or no."""
-
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 # An answer that adds nothing to its question may still answer it: yes or no, or one of the
 # alternatives the question names.
 _YES_NO = frozenset({"yes", "oui", "non"})  # "no" is under content words' three letters
 _YES_NO_ANSWER = re.compile(r"\b(?:yes|no|oui|non)\b", re.IGNORECASE)
 _CHOICE = re.compile(r"\s(?:or|ou)\s", re.IGNORECASE)
+# A question that asks for an amount, a time or a date (at its start, after a preposition: "By
+# what time ...", "Depuis quelle année ...") is answered with one: a number, or a word that
+# states one ("fourteen", "une heure", "free", "midi").
+_QUANTITY_QUESTION = re.compile(
+    r"^\W*(?:(?:by|at|in|for|from|since|until|à|a|en|dans|depuis|pour|jusqu'à)\s+)?"
+    r"(?:how\s+(?:much|many|long|old|far|tall|high|big|large|deep|wide|heavy)"
+    r"|(?:what|which)\s+(?:time|temperature|percentage|year|age)\b"
+    r"|combien|quel(?:le)?\s+(?:heure|âge|température|pourcentage|année|taille|hauteur"
+    r"|longueur|distance|durée|superficie|prix|montant|tarif|délai)\b)",
+    re.IGNORECASE,
+)
+_MARKERS = re.compile(r"\[\d+\]")
+_QUANTITY_ANSWER = re.compile(
+    r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen"
+    r"|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|millions?"
+    r"|billions?|trillions?|dozens?|half|once|twice|an?\s+(?:second|minute|hour|day|week"
+    r"|fortnight|month|year|decade|century)|noon|midnight|free|nothing|none|no\s+charge"
+    r"|zéro|une?\s+(?:seconde|minute|heure|journée|jour|semaine|quinzaine|mois|an|année"
+    r"|décennie|siècle|fois)|deux|trois|quatre|cinq|six|sept|huit|neuf|dix|onze|douze|treize|quatorze"
+    r"|quinze|seize|vingts?|trente|quarante|cinquante|soixante|cents?|mille|millions?"
+    r"|milliards?|douzaines?|demie?|moitié|quart|midi|minuit|gratuite?s?|rien|aucune?)\b",
+    re.IGNORECASE,
+)
 # A thousands separator between digit groups ("117,000", "12 000", "35\u202f786"): the same
 # number however it is written.
 _GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
@@ -216,9 +238,15 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     capitale des Fidji est Suva" adds only "Suva" to "Quelle est la capitale des Fidji ?": it
     is grounded only if the source says Suva. An answer that adds nothing is the question
     restated ("Nantes" for "who is the mayor of Nantes?"), unless it is yes or no, or the
-    question offers the choice ("Paris or Lyon?"). An answer in another language than its
-    source is translated, so its words are not compared."""
+    question offers the choice ("Paris or Lyon?"). A question that asks for an amount, a time
+    or a date ("how many", "combien", "what time") is not answered by words without one ("set
+    to ultra-low temperatures"). An answer in another language than its source is translated,
+    so its words are not compared."""
     if not verify_quote(reply, [source]):
+        return False
+    if _QUANTITY_QUESTION.search(question) and not _QUANTITY_ANSWER.search(
+        _MARKERS.sub("", reply.answer)
+    ):
         return False
     if detect_language(source.hit.text) != detect_language(question):
         return True

@@ -253,6 +253,31 @@ def test_grounded_only_lets_an_answer_restate_the_question_when_it_says_yes_or_n
     )
 
 
+def test_grounded_only_withholds_an_answer_without_an_amount_to_a_question_that_asks_one():
+    calendar = "Annual leave is counted per calendar year. Unused days expire in March."
+    quote = "Annual leave is counted per calendar year."
+    # Words of the source, but no amount: not an answer to "how many"
+    for question in ("How many days of annual leave per year?", "Combien de jours de congés ?"):
+        assert grounded_reply("Annual leave is counted per calendar year.", question,
+                              calendar, quote) == "not found"  # fmt: skip
+    assert grounded_reply("In March", "By what time of day do unused days expire?",
+                          LEAVE, "Unused days expire in March.") == "not found"  # fmt: skip
+    # an amount in digits or in words, or a marker the model wrote, is not mistaken for one
+    assert grounded_reply("27 days", "How many days of annual leave?") == "27 days [1]"
+    twenty = "Annual leave is twenty-seven days per calendar year."
+    assert grounded_reply("twenty-seven days", "How many days of annual leave?", twenty,
+                          twenty) == "twenty-seven days [1]"  # fmt: skip
+    assert grounded_reply("per calendar year [1]", "How much annual leave?", calendar,
+                          quote) == "not found"  # fmt: skip
+    # a question that asks for something else, or asks an amount only later, is not read so
+    march = "Unused days expire in March."
+    assert grounded_reply("in March", "When do unused days expire?", LEAVE, march) == (
+        "in March [1]"
+    )
+    assert grounded_reply("in March", "In which month do unused days expire, and how many?",
+                          LEAVE, march) == "in March [1]"  # fmt: skip
+
+
 def test_grounded_only_reads_an_answer_taken_from_its_sources_section_title():
     hit = SearchHit(
         chunk_id="c1", doc_id="d1", file_name="Homelessness.md", text=QUOTE, start=0,
