@@ -78,8 +78,10 @@ _YES_NO_ANSWER = re.compile(r"\b(?:yes|no|oui|non)\b", re.IGNORECASE)
 _CHOICE = re.compile(r"\s(?:or|ou)\s", re.IGNORECASE)
 # A question that asks for an amount, a time or a date (at its start, after a preposition: "By
 # what time ...", "Depuis quelle année ...") is answered with one: a number, or a word that
-# states one ("fourteen", "une heure", "free", "midi").
-_QUANTITY_QUESTION = re.compile(
+# states one ("fourteen", "une heure", "free", "midi"); one that asks a price, with a number, a
+# currency or "free" ("une heure et demie" does not say what a ticket costs).
+_MARKERS = re.compile(r"\[\d+\]")
+_AMOUNT_ASKED = re.compile(
     r"^\W*(?:(?:by|at|in|for|from|since|until|à|a|en|dans|depuis|pour|jusqu'à)\s+)?"
     r"(?:how\s+(?:much|many|long|old|far|tall|high|big|large|deep|wide|heavy)"
     r"|(?:what|which)\s+(?:time|temperature|percentage|year|age)\b"
@@ -87,21 +89,37 @@ _QUANTITY_QUESTION = re.compile(
     r"|longueur|distance|durée|superficie|prix|montant|tarif|délai)\b)",
     re.IGNORECASE,
 )
-_MARKERS = re.compile(r"\[\d+\]")
-_QUANTITY_ANSWER = re.compile(
+_AMOUNT_GIVEN = re.compile(
     r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen"
     r"|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|millions?"
     r"|billions?|trillions?|dozens?|half|once|twice|an?\s+(?:second|minute|hour|day|week"
     r"|fortnight|month|year|decade|century)|noon|midnight|free|nothing|none|no\s+charge"
     r"|zéro|une?\s+(?:seconde|minute|heure|journée|jour|semaine|quinzaine|mois|an|année"
-    r"|décennie|siècle|fois)|deux|trois|quatre|cinq|six|sept|huit|neuf|dix|onze|douze|treize|quatorze"
-    r"|quinze|seize|vingts?|trente|quarante|cinquante|soixante|cents?|mille|millions?"
-    r"|milliards?|douzaines?|demie?|moitié|quart|midi|minuit|gratuite?s?|rien|aucune?)\b",
+    r"|décennie|siècle|fois)|deux|trois|quatre|cinq|six|sept|huit|neuf|dix|onze|douze"
+    r"|treize|quatorze|quinze|seize|vingts?|trente|quarante|cinquante|soixante|cents?|mille"
+    r"|millions?|milliards?|douzaines?|demie?|moitié|quart|midi|minuit|gratuite?s?|rien"
+    r"|aucune?)\b",
     re.IGNORECASE,
 )
+_PRICE_ASKED = re.compile(
+    r"^\W*(?:how\s+much\s+(?:does|do|did|is|are|was|were|will|would|should)\b.*\b(?:cost|costs"
+    r"|charge|charged|pay|paid|fee|fees|price|fine|rent|deposit)\b|combien\s+(?:coûte|coûtent"
+    r"|coûtait|coûtera|faut-il\s+payer|paie|paye|dois-je\s+payer)|quel(?:le)?\s+(?:est\s+"
+    r"(?:le|la)\s+)?(?:prix|tarif|montant|coût|cotisation))",
+    re.IGNORECASE,
+)
+_PRICE_GIVEN = re.compile(
+    r"\d|[£€$¥]|\b(?:euros?|pounds?|dollars?|francs?|pence|centimes?|free|gratuite?s?|nothing"
+    r"|rien|no\s+charge)\b",
+    re.IGNORECASE,
+)
+_ASKED_GIVEN = ((_AMOUNT_ASKED, _AMOUNT_GIVEN), (_PRICE_ASKED, _PRICE_GIVEN))
 # A thousands separator between digit groups ("117,000", "12 000", "35\u202f786"): the same
 # number however it is written.
 _GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
+# A comma straight after a decimal number ("Full service,89.00,3 hr" in a CSV row) ends it: it
+# is not a second decimal part.
+_FIELD_AFTER_DECIMAL = re.compile(r"(\d\.\d+),(?=\d)")
 
 
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
@@ -192,7 +210,8 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
 
 
 def _numbers(text: str) -> set[str]:
-    return set(_NUMBER.findall(_GROUPING.sub("", text)))
+    fields = _FIELD_AFTER_DECIMAL.sub(r"\1; ", text)
+    return set(_NUMBER.findall(_GROUPING.sub("", fields)))
 
 
 class AnswerCheck:
@@ -240,13 +259,13 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     restated ("Nantes" for "who is the mayor of Nantes?"), unless it is yes or no, or the
     question offers the choice ("Paris or Lyon?"). A question that asks for an amount, a time
     or a date ("how many", "combien", "what time") is not answered by words without one ("set
-    to ultra-low temperatures"). An answer in another language than its source is translated,
+    to ultra-low temperatures"), nor one that asks a price by an answer with no number,
+    currency or "free". An answer in another language than its source is translated,
     so its words are not compared."""
     if not verify_quote(reply, [source]):
         return False
-    if _QUANTITY_QUESTION.search(question) and not _QUANTITY_ANSWER.search(
-        _MARKERS.sub("", reply.answer)
-    ):
+    answer = _MARKERS.sub("", reply.answer)
+    if any(asked.search(question) and not given.search(answer) for asked, given in _ASKED_GIVEN):
         return False
     if detect_language(source.hit.text) != detect_language(question):
         return True

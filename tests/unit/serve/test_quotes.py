@@ -123,6 +123,15 @@ def test_a_number_matches_however_its_thousands_are_grouped():
         assert not verify_quote(QuotedReply(1, quote, answer), sources), answer
 
 
+def test_a_number_in_a_csv_row_ends_at_the_next_field():
+    row = "Full service,89.00,3 hr,wheels trued"
+    sources = [source(1, f"service,price_gbp,time,notes\n{row}\nPuncture,12.00,300 min,")]
+    for answer in ("89.00", "£89.00, 3 hr", "12.00", "300 min"):
+        assert verify_quote(QuotedReply(1, row, answer), sources), answer
+    for answer in ("89.003", "89", "12.00300"):
+        assert not verify_quote(QuotedReply(1, row, answer), sources), answer
+
+
 ACME = {"leave.txt": LEAVE, "pump.txt": PUMP}
 
 
@@ -269,6 +278,12 @@ def test_grounded_only_withholds_an_answer_without_an_amount_to_a_question_that_
                           twenty) == "twenty-seven days [1]"  # fmt: skip
     assert grounded_reply("per calendar year [1]", "How much annual leave?", calendar,
                           quote) == "not found"  # fmt: skip
+    # a price is a number, a currency or "free", not a duration
+    museum = "L'entrée coûte 12 euros. Comptez une heure et demie de visite."
+    visit = "Comptez une heure et demie de visite."
+    price = "Combien coûte l'entrée au musée ?"
+    assert grounded_reply("une heure et demie de visite", price, museum, visit) == "not found"
+    assert grounded_reply("12 euros", price, museum, "L'entrée coûte 12 euros.") == "12 euros [1]"
     # a question that asks for something else, or asks an amount only later, is not read so
     march = "Unused days expire in March."
     assert grounded_reply("in March", "When do unused days expire?", LEAVE, march) == (
