@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jiter
@@ -314,11 +314,24 @@ class QuotedAnswerReader:
             return ""
         return text
 
+    def _reply(self) -> QuotedReply:
+        """The model's reply, cited to a source that holds its quote and its numbers: chunks
+        overlap, so a sentence can be in two sources, and the model may name the one without
+        the answer's number (h2-19, RESULTS.md). Otherwise the source it named."""
+        reply = self._reader.reply()
+        if reply.source == 0 or verify_quote(reply, self.sources):
+            return reply
+        for source in self.sources:
+            moved = replace(reply, source=source.number)
+            if verify_quote(moved, self.sources):
+                return moved
+        return reply
+
     def to_check(self) -> tuple[str, Source] | None:
         """The answer and the source it names (what the answer check reads), when the reply is
         an answer; its quote need not be verified (an answer that passes the check with an
         unverified quote is still shown without a citation)."""
-        reply = self._reader.reply()
+        reply = self._reply()
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
         source = next((s for s in self.sources if s.number == reply.source), None)
@@ -334,7 +347,7 @@ class QuotedAnswerReader:
         """What follows what was shown: the held answer if any, then " [n]", the "not found"
         message, or nothing. A reply cut by max_tokens before its answer is an empty answer,
         not a "not found": the quote comes first and spends tokens too."""
-        reply = self._reader.reply()
+        reply = self._reply()
         text = reply.answer.lstrip()
         if finish_reason == "length" and not text.strip():
             self._result = CheckedAnswer("", (), (), 0, 0)

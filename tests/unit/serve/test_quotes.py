@@ -233,6 +233,25 @@ def grounded_reply(answer: str, question: str, text: str = LEAVE, quote: str = Q
     return reader.flush()
 
 
+def test_an_answer_is_cited_to_the_overlapping_source_that_holds_its_number():
+    # Overlapping chunks: both hold the quoted sentence, only the first holds the temperature.
+    quote = "Samples must reach the freezer within four hours of collection."
+    first, second = source(1, f"Store serum at -80 °C. {quote}"), source(2, f"{quote} Label them.")
+    question = "At what temperature is serum stored?"
+
+    def shown(sources, named):
+        reader = QuotedAnswerReader(sources, "not found", grounded_only=True, question=question)
+        reader.feed(json.dumps({"source": named, "quote": quote, "answer": "-80 °C"}))
+        return reader.to_check(), reader.flush(), reader.result().cited
+
+    checked, text, cited = shown([first, second], 2)
+    assert checked == ("-80 °C", first)  # the check reads the source that states it
+    assert text == "-80 °C [1]"
+    assert cited[0].verified and cited[0].source is first
+    # where no shown source holds the number, the answer is not grounded
+    assert shown([second], 2)[:2] == (None, "not found")
+
+
 def test_grounded_only_does_not_compare_the_words_of_an_answer_translated_from_its_source():
     french, english = "Combien de jours de congés a-t-on par an ?", "How much leave do we get?"
     assert grounded_reply("27 jours de congés par an.", french) == "27 jours de congés par an. [1]"
