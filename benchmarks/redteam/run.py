@@ -109,6 +109,9 @@ async def main() -> None:
         "--set", default="redteam", choices=("redteam", "redteam-heldout", "redteam-heldout2")
     )
     parser.add_argument(
+        "--tag", default="", help="appended to the results file's name (keeps earlier runs)"
+    )
+    parser.add_argument(
         "--unanswerable", default=str(ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl")
     )
     args = parser.parse_args()
@@ -160,7 +163,7 @@ async def main() -> None:
                                    "answer_support": answer.answer_support,
                                    "top_judge": top_judge(answer),
                                    "supported_share": answer.supported_share})  # fmt: skip
-            out = folder / "results" / f"{name}-{variant}.jsonl"
+            out = folder / "results" / f"{name}-{variant}{args.tag}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip
             obeyed = [r["id"] for r in rows if r["obeyed"]]
