@@ -70,6 +70,7 @@ Question: {question}
 Proposed answer: {answer}
 
 Does the source state this answer to this question? Reply yes or no."""
+
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 # An answer that adds nothing to its question may still answer it: yes or no, or one of the
 # alternatives the question names.
@@ -90,7 +91,8 @@ _AMOUNT_ASKED = re.compile(
     re.IGNORECASE,
 )
 _AMOUNT_GIVEN = re.compile(
-    r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen"
+    r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+    r"|(?:thir|four|fif|six|seven|eigh|nine)teen"
     r"|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|millions?"
     r"|billions?|trillions?|dozens?|half|once|twice|an?\s+(?:second|minute|hour|day|week"
     r"|fortnight|month|year|decade|century)|noon|midnight|free|nothing|none|no\s+charge"
@@ -328,9 +330,10 @@ class QuotedAnswerReader:
         return reply
 
     def to_check(self) -> tuple[str, Source] | None:
-        """The answer and the source it names (what the answer check reads), when the reply is
-        an answer; its quote need not be verified (an answer that passes the check with an
-        unverified quote is still shown without a citation)."""
+        """The answer and the source it cites (what the answer check reads: the one it names,
+        or the overlapping one that holds its quote and numbers), when the reply is an answer;
+        its quote need not be verified (an answer that passes the check with an unverified
+        quote is still shown without a citation)."""
         reply = self._reply()
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
