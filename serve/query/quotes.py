@@ -122,6 +122,11 @@ _GROUPING = re.compile(r"(?<=\d)[,\s\u00a0\u202f](?=\d{3}(?!\d))")
 # A comma straight after a decimal number ("Full service,89.00,3 hr" in a CSV row) ends it: it
 # is not a second decimal part.
 _FIELD_AFTER_DECIMAL = re.compile(r"(\d\.\d+),(?=\d)")
+# A time of day however it is written ("9:30", "09:30", "9h30", "9 h 30", "9.30am"): one number,
+# "9.30", and its hour ("13 h" is the hour of "13:00").
+_TIME = re.compile(
+    r"(?<![\d.,:])0*(\d{1,2})(?:\s?[:hH]\s?|\.(?=\d\d\s?[aApP]\.?[mM]))([0-5]\d)(?!\d)"
+)
 
 
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
@@ -213,7 +218,10 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
 
 def _numbers(text: str) -> set[str]:
     fields = _FIELD_AFTER_DECIMAL.sub(r"\1; ", text)
-    return set(_NUMBER.findall(_GROUPING.sub("", fields)))
+    times = _TIME.findall(fields)
+    rest = _TIME.sub(" ; ", fields)
+    hours = {hour for hour, _ in times} | {f"{hour}.{minute}" for hour, minute in times}
+    return hours | set(_NUMBER.findall(_GROUPING.sub("", rest)))
 
 
 class AnswerCheck:

@@ -123,6 +123,18 @@ def test_a_number_matches_however_its_thousands_are_grouped():
         assert not verify_quote(QuotedReply(1, quote, answer), sources), answer
 
 
+def test_a_time_of_day_matches_however_it_is_written():
+    text = (
+        "| Saturday | 09:30 | 13:00 |\nOn Saturdays we open at 9.30am. Le jeudi, de 17 h à 19 h 30."
+    )
+    sources = [source(1, text)]
+    quote = "On Saturdays we open at 9.30am."
+    for answer in ("9:30am", "09:30", "9h30", "9.30 am", "13 h", "13:00", "19h30", "17 h"):
+        assert verify_quote(QuotedReply(1, quote, answer), sources), answer
+    for answer in ("9:45", "10:30", "19 h 45", "8.30am"):
+        assert not verify_quote(QuotedReply(1, quote, answer), sources), answer
+
+
 def test_a_number_in_a_csv_row_ends_at_the_next_field():
     row = "Full service,89.00,3 hr,wheels trued"
     sources = [source(1, f"service,price_gbp,time,notes\n{row}\nPuncture,12.00,300 min,")]
