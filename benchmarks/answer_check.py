@@ -53,7 +53,12 @@ from serve.query.language import detect_language  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
 from serve.query.prompt import PromptBuilder  # noqa: E402
 from serve.query.quotes import CHECK_SYSTEM, CHECK_USER  # noqa: E402
-from serve.query.rerank import RerankConfig, yes_no_tokens, yes_probability  # noqa: E402
+from serve.query.rerank import (  # noqa: E402
+    RerankConfig,
+    single_tokens,
+    yes_no_tokens,
+    yes_probability,
+)
 from serve.query.retrieval import LocalSearcher  # noqa: E402
 
 # The shipped check asked in French (the reading "chunk-fr", French questions only).
@@ -104,11 +109,8 @@ def choices(generator, reading: str) -> tuple[frozenset[int], frozenset[int]]:
     yes, no = yes_no_tokens(generator)
     if reading != "chunk-fr":
         return yes, no
-
-    def single(words: tuple[str, ...]) -> frozenset[int]:
-        return frozenset(ids[0] for ids in map(generator.encode, words) if len(ids) == 1)
-
-    return yes | single(("oui", "Oui", " oui", " Oui")), no | single(("non", "Non", " non", " Non"))
+    oui = single_tokens(generator, ("oui", "Oui", " oui", " Oui"))
+    return yes | oui, no | single_tokens(generator, ("non", "Non", " non", " Non"))
 
 
 async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]) -> dict:
@@ -376,6 +378,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--analyse")
     parser.add_argument(
+        "--language", choices=("en", "fr"), help="analyse only the questions in this language"
+    )
+    parser.add_argument(
         "--live",
         action="append",
         default=[],
@@ -406,7 +411,10 @@ def main() -> None:
         live = [row for item in args.live for row in live_rows(*item.split("=", 1), judged)]
         sweep(live, args.gates, args.sweep, args.grounded_only)
     else:
-        analyse(raw_scores(args, collect))
+        rows = raw_scores(args, collect)
+        if args.language:
+            rows = [r for r in rows if detect_language(r["question"]) == args.language]
+        analyse(rows)
 
 
 if __name__ == "__main__":

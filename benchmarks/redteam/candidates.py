@@ -17,10 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.redteam.run import TENANT  # noqa: E402
+from benchmarks.redteam.run import TENANT, set_config  # noqa: E402
 from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.models import fetch  # noqa: E402
 from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
 from serve.query.rerank import judge_threshold  # noqa: E402
 from serve.query.retrieval import LocalSearcher  # noqa: E402
@@ -36,12 +34,11 @@ async def main() -> None:
     data_dir = ROOT / "benchmarks" / ".cache" / args.set
     if not (data_dir / "tenants" / TENANT).is_dir():
         parser.error(f"{data_dir}: run benchmarks/redteam/run.py --set {args.set} first")
-    config = load_config(Path(args.config), data_dir=data_dir)
+    config = set_config(Path(args.config), args.set)
     rerank = config.query.rerank
-    if not Path(rerank.model or "").is_dir():  # as run.py finds it
-        rerank = rerank.model_copy(update={"model": str(fetch(Path(rerank.model).name,
-                                                              ROOT / "data"))})  # fmt: skip
-    query = config.query.model_copy(update={"rerank": rerank})
+    if rerank.backend != "cross-encoder":
+        parser.error(f"{args.config}: query.rerank.backend is {rerank.backend!r}; this lists "
+                     "the cross-encoder judge's scores")  # fmt: skip
     lines = (ROOT / "benchmarks" / args.set / "cases.jsonl").read_text().splitlines()
     cases = {c["id"]: c for c in map(json.loads, lines)}
     unknown = [i for i in args.ids if i not in cases]
@@ -49,7 +46,7 @@ async def main() -> None:
         parser.error(f"no such case in {args.set}: {', '.join(unknown)}")
     service = IndexService(config.index, data_dir).start()
     try:
-        pipeline = QueryPipeline(LocalSearcher(service), None, query)
+        pipeline = QueryPipeline(LocalSearcher(service), None, config.query)
         for case_id in args.ids:
             case = cases[case_id]
             own = Path(case["file"]).name

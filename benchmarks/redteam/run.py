@@ -72,6 +72,20 @@ VARIANTS = {
 TENANT = "redteam"
 
 
+def set_config(path: Path, name: str):
+    """The config at ``path`` over the set's data dir (benchmarks/.cache/NAME), its judge a
+    folder: a judge named by its fetchable name is fetched beside the generator (data/)."""
+    config = load_config(path, data_dir=ROOT / "benchmarks" / ".cache" / name)
+    rerank = config.query.rerank
+    if rerank.backend == "cross-encoder" and not Path(rerank.model or "").is_dir():
+        judge_folder = fetch(Path(rerank.model).name, ROOT / "data")
+        query = config.query.model_copy(
+            update={"rerank": rerank.model_copy(update={"model": str(judge_folder)})}
+        )
+        config = config.model_copy(update={"query": query})
+    return config
+
+
 def score_case(case: dict, answer) -> dict:
     text = norm(answer.text)
     correct = not answer.abstained and answer_matches(answer.text, case["answer_contains"])
@@ -118,14 +132,8 @@ async def main() -> None:
     if args.unanswerable and not Path(args.unanswerable).is_file():
         parser.error(f"--unanswerable: no file {args.unanswerable} ('' to ask none)")
     folder = ROOT / "benchmarks" / args.set
-    config = load_config(Path(args.config), data_dir=ROOT / "benchmarks" / ".cache" / args.set)
+    config = set_config(Path(args.config), args.set)
     rerank = config.query.rerank
-    if rerank.backend == "cross-encoder" and not Path(rerank.model or "").is_dir():
-        judge_folder = fetch(Path(rerank.model).name, ROOT / "data")  # beside the generator
-        query = config.query.model_copy(
-            update={"rerank": rerank.model_copy(update={"model": str(judge_folder)})}
-        )
-        config = config.model_copy(update={"query": query})
     judge = instruction_judge(config.index.screen, config.query.rerank)
     service = IndexService(config.index, config.data_dir, instruction_judge=judge).start()
     files, _ = discover([folder / "docs"])

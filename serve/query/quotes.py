@@ -219,9 +219,9 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
 def _numbers(text: str) -> set[str]:
     fields = _FIELD_AFTER_DECIMAL.sub(r"\1; ", text)
     times = _TIME.findall(fields)
+    read = {hour for hour, _ in times} | {f"{hour}.{minute}" for hour, minute in times}
     rest = _TIME.sub(" ; ", fields)
-    hours = {hour for hour, _ in times} | {f"{hour}.{minute}" for hour, minute in times}
-    return hours | set(_NUMBER.findall(_GROUPING.sub("", rest)))
+    return read | set(_NUMBER.findall(_GROUPING.sub("", rest)))
 
 
 class AnswerCheck:
@@ -274,8 +274,7 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     so its words are not compared."""
     if not verify_quote(reply, [source]):
         return False
-    answer = _MARKERS.sub("", reply.answer)
-    if any(asked.search(question) and not given.search(answer) for asked, given in _ASKED_GIVEN):
+    if amount_missing(question, reply.answer):
         return False
     if detect_language(source.hit.text) != detect_language(question):
         return True
@@ -285,6 +284,18 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     if any(len(part & theirs) < SUPPORTED * len(part) for part in (words, added)):
         return False
     return bool(added or _YES_NO_ANSWER.search(reply.answer) or _CHOICE.search(question))
+
+
+def asks_amount(question: str) -> bool:
+    """The question asks for an amount, a time, a date or a price (at its start)."""
+    return any(asked.search(question) for asked, _ in _ASKED_GIVEN)
+
+
+def amount_missing(question: str, answer: str) -> bool:
+    """The question asks for an amount (``asks_amount``) and the answer states none: no
+    number, in digits or words, or for a price, no number, currency or "free"."""
+    answer = _MARKERS.sub("", answer)
+    return any(asked.search(question) and not given.search(answer) for asked, given in _ASKED_GIVEN)
 
 
 def shown_text(source: Source) -> str:

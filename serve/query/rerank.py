@@ -313,14 +313,15 @@ _YES = ("yes", "Yes", " yes", " Yes", "YES")
 _NO = ("no", "No", " no", " No", "NO")
 
 
+def single_tokens(generator: Generator, words: Sequence[str]) -> frozenset[int]:
+    """The token ids of those ``words`` that the generator's tokenizer spells as one token."""
+    ids = (generator.encode(word) for word in words)
+    return frozenset(i[0] for i in ids if len(i) == 1)
+
+
 def yes_no_tokens(generator: Generator) -> tuple[frozenset[int], frozenset[int]]:
     """The generator's single-token spellings of yes and of no."""
-
-    def single(words: Sequence[str]) -> frozenset[int]:
-        ids = (generator.encode(word) for word in words)
-        return frozenset(i[0] for i in ids if len(i) == 1)
-
-    yes, no = single(_YES), single(_NO)
+    yes, no = single_tokens(generator, _YES), single_tokens(generator, _NO)
     if not yes or not no:
         raise ConfigError(
             "the generator's tokenizer has no single token for yes/no; use the "
