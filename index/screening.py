@@ -59,7 +59,8 @@ _ADDRESSEE = re.compile(
     r"(?:^|\|)[\W_\d]*" + _AI + r"(?:\s+(?:instructions?|notice|note|consigne|message))?\s*:"
     r"|\b(?:note|message|notice|instructions?|remarque|consigne|avis|warning)s?"
     r"(?:\s+\w+){0,2}\s+(?:to|for|pour|à l'(?:attention|intention) d[eu]s?|à|au|aux)\s*"
-    r"(?:the |an? |any |all |l'|les |le |la )?"
+    r"(?:the |an? |any |all |every |each |l'|les |le |la |une? |tout |toute |tous les |"
+    r"toutes les |chaque )?"
     + _AI
     + r"|\b(?:AI|IA|LLMs?|chatbots?|assistants?|(?:language )?models?|automated)(?:\s+\w+)?\s+"
     r"(?:reading|processing|summari[sz]ing|answering|using|that (?:reads?|process))"
