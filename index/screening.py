@@ -53,7 +53,10 @@ _OVERRIDE = re.compile(
 _AI = (
     r"(?:(?:AI|IA|A\.I\.|virtual|digital|chat|automated|language|summari[sz]ing)\s+"
     r"(?:assistants?|models?|bots?|systems?|tools?|readers?)"
-    r"|assistants?(?:\s+(?:IA|AI|virtuels?))?|chatbots?|LLMs?|GPT\w*|AIs?|IAs?|bots?)"
+    r"|(?:assistants?|outils?|systèmes?|agents?)\s+(?:IA|AI|d'IA|virtuels?|automatiques?|"
+    r"conversationnels?|de synthèse|de résumé)"
+    r"|mod[èe]les? (?:de langage|d'IA|IA)|robots? conversationnels?"
+    r"|assistants?|chatbots?|LLMs?|GPT\w*|AIs?|IAs?|bots?)"
 )  # "Model: XR-200" or "Note to the system administrator" name no AI reader
 _ADDRESSEE = re.compile(
     r"(?:^|\|)[\W_\d]*" + _AI + r"(?:\s+(?:instructions?|notice|note|consigne|message))?\s*:"
@@ -64,9 +67,13 @@ _ADDRESSEE = re.compile(
     + _AI
     + r"|\b(?:AI|IA|LLMs?|chatbots?|assistants?|(?:language )?models?|automated)(?:\s+\w+)?\s+"
     r"(?:reading|processing|summari[sz]ing|answering|using|that (?:reads?|process))"
-    r"|\bif you are an? (?:AI|IA|LLM|chatbot|bot|assistant|(?:large )?language model)"
-    r"|\bsi vous (?:êtes|etes) une? (?:IA|assistant|modèle|chatbot)"
-    r"|\b(?:AI|IA|assistant|chatbot|LLM|(?:language )?model)s?,\s+(?:you|your|vous)\b",
+    r"|\b" + _AI + r"(?:\s+\w+)?\s+(?:lisant|traitant|résumant|qui (?:lit|lisent|traite|"
+    r"traitent|résume|résument|répond|répondent))\b"
+    r"|\bif you are an? (?:large )?"
+    + _AI
+    + r"|\bsi vous (?:êtes|etes) une? "
+    + _AI
+    + r"|\b(?:AI|IA|assistant|chatbot|LLM|(?:language )?model)s?,\s+(?:you|your|vous)\b",
     re.IGNORECASE | re.MULTILINE,
 )
 _IMPERATIVE = re.compile(
