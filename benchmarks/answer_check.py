@@ -329,7 +329,11 @@ def rescore(rows: list[dict], scores: str, reading: str) -> None:
 
 
 def rates(
-    rows: list[dict], gates: dict[str, float], threshold: float, grounded_only: bool = False
+    rows: list[dict],
+    gates: dict[str, float],
+    threshold: float,
+    grounded_only: bool = False,
+    slope: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, float]:
     """With the judge gate at ``gates[language]`` and the check at ``threshold`` (and, with
     ``grounded_only``, ungrounded answers withheld: serve.query.quotes.grounded, for questions
@@ -343,7 +347,8 @@ def rates(
                              "gate to compare (English and French only)")  # fmt: skip
         gate = gates[r["language"]]
         return (not r["abstained"] and r["judge"] is not None and r["judge"] >= gate
-                and r["support"] is not None and r["support"] >= threshold
+                and r["support"] is not None
+                and r["support"] >= threshold - slope[0] * min(r["judge"] - gate, slope[1])
                 and (r["grounded"] or not grounded_only))  # fmt: skip
 
     answerable = [r for r in rows if r["outcome"] != "unanswerable"]
@@ -390,6 +395,29 @@ def sweep(
         print(f"\nmean balanced accuracy {score:.3f}: check {t:.3f}, gates en {en:g}, fr {fr:g}")
 
 
+def slope_sweep(
+    rows: list[dict], gates: dict[str, float], thresholds: list[float], grounded_only: bool
+) -> None:
+    """A check threshold that falls as the judge scores the best passage higher: ``threshold -
+    k * min(judge - gate, cap)``, at fixed gates, for each threshold, k and cap; the best five
+    by mean balanced accuracy over the sets, and k = 0 (one threshold) beside them."""
+    sets = [[r for r in rows if r["set"] == name] for name in dict.fromkeys(r["set"] for r in rows)]
+
+    def balanced(t: float, slope: tuple[float, float]) -> float:
+        cells = [rates(mine, gates, t, grounded_only, slope) for mine in sets]
+        return sum((1 - c["false"] + c["unanswerable"]) / 2 for c in cells) / len(cells)
+
+    tried = sorted(
+        ((balanced(t, (k, cap)), t, k, cap) for t in thresholds
+         for k in (0, 0.01, 0.02, 0.03, 0.05, 0.08) for cap in (2, 4, 6)),
+        reverse=True,
+    )  # fmt: skip
+    flat = max(score for score, _, k, _ in tried if k == 0)
+    for score, t, k, cap in tried[:5]:
+        print(f"mean balanced accuracy {score:.4f}: check {t:.2f}, k {k:g}, cap {cap:g}")
+    print(f"one threshold (k = 0), best: {flat:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
@@ -425,6 +453,11 @@ def main() -> None:
     parser.add_argument("--sweep", type=float, nargs="+", help="check thresholds to compare")
     parser.add_argument("--gates", type=float, nargs="+", help="judge gates to compare")
     parser.add_argument(
+        "--slopes",
+        action="store_true",
+        help="with --sweep and --gates EN FR: a check threshold that falls with the judge's score",
+    )
+    parser.add_argument(
         "--scores", help="with --sweep: read P(yes) from these raw scores (--out) instead"
     )
     parser.add_argument(
@@ -444,6 +477,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.sweep and not (args.gates and args.live):
         parser.error("--sweep needs --gates and at least one --live NAME=PATH")
+    if args.slopes and len(args.gates or ()) != 2:
+        parser.error("--slopes needs --sweep and --gates EN FR (the two gates, fixed)")
     if args.sweep:
         judged = {}
         for line in Path(args.judged).read_text().splitlines():
@@ -452,7 +487,11 @@ def main() -> None:
         live = [row for item in args.live for row in live_rows(*item.split("=", 1), judged)]
         if args.scores:
             rescore(live, args.scores, args.reading)
-        sweep(live, args.gates, args.sweep, args.grounded_only)
+        if args.slopes:
+            en, fr = args.gates
+            slope_sweep(live, {"en": en, "fr": fr}, args.sweep, args.grounded_only)
+        else:
+            sweep(live, args.gates, args.sweep, args.grounded_only)
     else:
         rows = raw_scores(args, collect)
         if args.language:
