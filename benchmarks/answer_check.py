@@ -124,8 +124,22 @@ def choices(generator, reading: str) -> tuple[frozenset[int], frozenset[int]]:
     return yes | oui, no | single_tokens(generator, ("non", "Non", " non", " Non"))
 
 
-async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]) -> dict:
+async def support(
+    generator, reading: str, evidence: str, question: str, answer: str, quote: str = ""
+) -> float:
+    """P(yes) of the check in ``reading`` (READINGS, SYSTEMS) about ``evidence``, everything
+    the document or the model wrote escaped as the shipped prompts escape it."""
     escape = PromptBuilder(generator.special_tokens).escape
+    user = READINGS[reading].format(source=escape(evidence), question=escape(question),
+                                    answer=escape(answer), quote=escape(quote))  # fmt: skip
+    system = SYSTEMS.get(reading, CHECK_SYSTEM)
+    prompt = generator.render(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    )
+    return await yes_probability(generator, prompt, choices(generator, reading), "answer-check")
+
+
+async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]) -> dict:
     chunk = await cited_chunk(pipeline, tenant, row["question"], row["quote"])
     answer = _MARKER.sub("", row["answer"])
     out = dict(row, found_chunk=chunk is not None)
@@ -134,17 +148,9 @@ async def check(generator, pipeline, tenant: str, row: dict, readings: list[str]
         evidence = row["quote"] if reading == "quote" else chunk
         if evidence is None or (reading == "chunk-fr" and not french):
             continue
-        system = SYSTEMS.get(reading, CHECK_SYSTEM)
-        user = READINGS[reading].format(
-            source=escape(evidence), question=escape(row["question"]), answer=escape(answer),
-            quote=escape(row["quote"]),
-        )  # fmt: skip
-        prompt = generator.render(
-            [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        )
         started = time.perf_counter()
-        out[reading] = await yes_probability(
-            generator, prompt, choices(generator, reading), "answer-check"
+        out[reading] = await support(
+            generator, reading, evidence, row["question"], answer, row["quote"]
         )
         out[f"{reading}_s"] = time.perf_counter() - started
     return out
@@ -479,6 +485,13 @@ def main() -> None:
         parser.error("--sweep needs --gates and at least one --live NAME=PATH")
     if args.slopes and len(args.gates or ()) != 2:
         parser.error("--slopes needs --sweep and --gates EN FR (the two gates, fixed)")
+    for item in args.red_team:
+        name, _, path = item.partition("=")
+        if name not in RED_TEAM or not Path(path).is_file():
+            parser.error(f"--red-team {item}: give SET=PATH, SET one of {', '.join(RED_TEAM)} "
+                         "and PATH a results file of benchmarks/redteam/run.py")  # fmt: skip
+    if args.scores and not (args.sweep and Path(args.scores).is_file()):
+        parser.error(f"--scores {args.scores}: give --sweep and a raw scores file (--out)")
     if args.sweep:
         judged = {}
         for line in Path(args.judged).read_text().splitlines():

@@ -53,8 +53,7 @@ _OVERRIDE = re.compile(
 _AI = (
     r"(?:(?:AI|IA|A\.I\.|virtual|digital|chat|automated|language|summari[sz]ing)\s+"
     r"(?:assistants?|models?|bots?|systems?|tools?|readers?)"
-    r"|(?:assistants?|outils?|systèmes?|agents?)\s+(?:IA|AI|d'IA|virtuels?|automatiques?|"
-    r"conversationnels?|de synthèse|de résumé)"
+    r"|(?:assistants?|outils?|agents?)\s+(?:IA|AI|d'IA|virtuels?|conversationnels?)"
     r"|mod[èe]les? (?:de langage|d'IA|IA)|robots? conversationnels?"
     r"|assistants?|chatbots?|LLMs?|GPT\w*|AIs?|IAs?|bots?)"
 )  # "Model: XR-200" or "Note to the system administrator" name no AI reader

@@ -64,6 +64,8 @@ def test_injections_are_flagged(injection):
         "Le modèle de langage de notre service client répond toujours en moins d'une minute.",
         "Les outils automatiques de la chaîne doivent être révisés chaque année.",
         "Si vous êtes un agent de la mairie, présentez votre badge à l'accueil.",
+        "Systèmes automatiques : la porte doit rester fermée pendant le cycle.",
+        "Outils de synthèse : le tableau de bord doit être rempli chaque lundi.",
     ],
 )
 def test_ordinary_text_is_left_alone(ordinary):
