@@ -104,3 +104,5 @@ class SearchHit:
     # The document's instruction-like passages (flagged at ingest) inside this chunk, as
     # offsets into ``text``: the prompt withholds them.
     flagged: tuple[tuple[int, int], ...] = ()
+    # The score a client sees, in [0, 1]: set by the query pipeline (serve/query/relevance.py).
+    relevance: float | None = None

@@ -18,11 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from index.errors import GroundedError, InvalidRequestError
 from index.pipeline import IngestResult
-from index.store.paging import validate_page
+from index.store.paging import EMPTY, MAX_LIMIT, validate_page
 from index.store.uploads import UploadRecord
 from index.types import DocumentRecord, SearchHit
 from serve.query.pipeline import Answer, QueryOptions
 from serve.query.prompt import Turn
+from serve.query.relevance import relevance
 from serve.query.retrieval import SearchFilter
 
 MODEL_ID = "grounded"
@@ -76,7 +77,8 @@ class Filters(BaseModel):
 
 class ChatRequest(BaseModel):
     """OpenAI's chat completion request; unknown OpenAI parameters are accepted and ignored.
-    Extensions: top_k, filters, score_threshold, rerank."""
+    Extensions: top_k, filters, score_threshold (on the relevance in [0, 1] that search results
+    show), rerank."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -99,7 +101,7 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     top_k: int | None = Field(None, gt=0, le=50)
     filters: Filters | None = None
-    score_threshold: float | None = None
+    score_threshold: float | None = Field(None, ge=0, le=1)  # on the relevance shown, in [0, 1]
     rerank: bool | None = None
 
     @field_validator("tools")
@@ -164,9 +166,13 @@ class EmbeddingRequest(BaseModel):
 
 
 class RankingOptions(BaseModel):
+    """OpenAI's ranking options (vector-store search, the file_search tool): the threshold is
+    on the relevance a result shows, in [0, 1] (serve/query/relevance.py)."""
+
     model_config = ConfigDict(extra="allow")
 
-    score_threshold: float | None = None
+    ranker: str | None = None  # accepted; Grounded ranks with its configured pipeline
+    score_threshold: float | None = Field(None, ge=0, le=1)
 
 
 class SearchRequest(BaseModel):
@@ -181,6 +187,9 @@ class SearchRequest(BaseModel):
     filters: Filters | dict[str, Any] | None = None
     ranking_options: RankingOptions | None = None
     rewrite_query: bool = False
+    # Extension: each result also carries ``grounded`` (chunk id, offsets, page, heading path,
+    # raw score); ``extra_body={"grounded": True}`` from openai-python.
+    grounded: bool = False
 
     def text(self) -> str:
         text = self.query if isinstance(self.query, str) else " ".join(self.query)
@@ -200,9 +209,26 @@ def parse(model: type[BaseModel], payload: Any) -> Any:
         raise InvalidRequestError(f"{field}: {message}", param=field) from None
 
 
-def check_model(model: str) -> None:
-    if model != MODEL_ID:
-        raise ModelNotFoundError(f"the model {model!r} does not exist; use {MODEL_ID!r}")
+def check_model(model: str, embedding_model: str | None = None) -> None:
+    """A chat or Responses request names ``grounded``; the embedder is not a chat model."""
+    if model == MODEL_ID:
+        return
+    if embedding_model is not None and model == embedding_model:
+        raise ModelNotFoundError(
+            f"{model!r} is the embedding model (POST /v1/embeddings); answers come from "
+            f"{MODEL_ID!r}"
+        )
+    raise ModelNotFoundError(f"the model {model!r} does not exist; use {MODEL_ID!r}")
+
+
+def check_embedding_model(model: str, embedding_model: str) -> None:
+    """/v1/embeddings takes the embedder's own name, or ``grounded`` (the appliance's one name,
+    which clients configured with a single model send)."""
+    if model not in (MODEL_ID, embedding_model):
+        raise ModelNotFoundError(
+            f"the embedding model {model!r} does not exist; use {embedding_model!r} "
+            f"(GET /v1/models lists it)"
+        )
 
 
 def error_body(exc: GroundedError) -> dict[str, Any]:
@@ -225,7 +251,10 @@ def error_response(exc: GroundedError, request_id: str | None = None) -> JSONRes
     return JSONResponse(error_body(exc), status_code=exc.status, headers=headers)
 
 
-def models_list(generator_model: str) -> dict[str, Any]:
+def models_list(generator_model: str, embedding_model: str) -> dict[str, Any]:
+    """Every model the API accepts: ``grounded`` for chat and Responses, and the embedder for
+    /v1/embeddings. OpenAI's model object has no field for what a model does, and its schema
+    leaves the object open: Grounded's extension says (``grounded.kind``)."""
     return {
         "object": "list",
         "data": [
@@ -235,11 +264,24 @@ def models_list(generator_model: str) -> dict[str, Any]:
                 "created": 0,
                 "owned_by": "grounded",
                 "grounded": {
+                    "kind": "chat",
+                    "endpoints": ["/v1/chat/completions", "/v1/responses"],
                     "description": "Answers from the caller's tenant documents only, with "
                     "checked citations",
                     "generator": generator_model,
                 },
-            }
+            },
+            {
+                "id": embedding_model,
+                "object": "model",
+                "created": 0,
+                "owned_by": "grounded",
+                "grounded": {
+                    "kind": "embedding",
+                    "endpoints": ["/v1/embeddings"],
+                    "description": "The embedder that indexes the documents",
+                },
+            },
         ],
     }
 
@@ -317,7 +359,14 @@ def extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, A
     }
 
 
+def shown_score(hit: SearchHit) -> float:
+    """The relevance in [0, 1] that OpenAI's objects show (serve/query/relevance.py): the
+    pipeline's, or mapped here for a hit that did not pass through it."""
+    return hit.relevance if hit.relevance is not None else relevance(hit)
+
+
 def score_of(hit: SearchHit) -> float | None:
+    """The raw score that ranked ``hit`` (Grounded's extension fields)."""
     for score in (hit.rerank_score, hit.dense_score, hit.bm25_score):
         if score is not None:
             return float(score)
@@ -423,15 +472,18 @@ def embeddings(vectors: np.ndarray, encoding: str, tokens: int, model: str) -> d
 
 def file_object(record: DocumentRecord | UploadRecord) -> dict[str, Any]:
     """OpenAI's file object: a stored document is ``processed``; an upload still being
-    ingested ``uploaded``; a refused one ``error``, with the reason in ``status_details``."""
+    ingested ``uploaded``; a refused one ``error``, with the reason in ``status_details``
+    (left out otherwise: the spec types it as a string, not null)."""
     if isinstance(record, UploadRecord):
-        return {
+        upload = {
             "id": record.doc_id, "object": "file", "bytes": record.byte_count,
             "created_at": record.created_at, "filename": record.file_name,
             "purpose": "assistants",
             "status": "uploaded" if record.status == "in_progress" else "error",
-            "status_details": record.error,
         }  # fmt: skip
+        if record.error is not None:
+            upload["status_details"] = record.error
+        return upload
     return {
         "id": record.doc_id,
         "object": "file",
@@ -440,7 +492,6 @@ def file_object(record: DocumentRecord | UploadRecord) -> dict[str, Any]:
         "filename": record.file_name,
         "purpose": "assistants",
         "status": "processed",
-        "status_details": None,
         "grounded": {k: v for k, v in asdict(record).items() if k not in ("doc_id", "source")},
     }
 
@@ -461,28 +512,38 @@ def refusal(result: IngestResult) -> GroundedError:
 
 
 def search_page(
-    query: str | list[str], ranked: Sequence[tuple[SearchHit, float]], attributes
+    query: str | list[str],
+    hits: Sequence[SearchHit],
+    attributes: dict[str, dict[str, Any]],
+    provenance: bool = False,
 ) -> dict:
+    """OpenAI's search results page. The spec closes each result to the fields it lists
+    (``additionalProperties: false``), so Grounded's extension (chunk id, character offsets,
+    page, heading path, the raw score) is added only when the request asks (``provenance``)."""
+
+    def result(hit: SearchHit) -> dict[str, Any]:
+        item = {
+            "file_id": hit.doc_id,
+            "filename": hit.file_name,
+            "score": shown_score(hit),
+            "attributes": attributes.get(hit.doc_id, {}),
+            "content": [{"type": "text", "text": hit.text}],
+        }
+        if provenance:
+            item["grounded"] = {
+                "chunk_id": hit.chunk_id,
+                "start": hit.start,
+                "end": hit.end,
+                "page": hit.page,
+                "heading_path": list(hit.heading_path),
+                "raw_score": score_of(hit),
+            }
+        return item
+
     return {
         "object": "vector_store.search_results.page",
         "search_query": [query] if isinstance(query, str) else list(query),
-        "data": [
-            {
-                "file_id": hit.doc_id,
-                "filename": hit.file_name,
-                "score": float(score),
-                "attributes": attributes.get(hit.doc_id, {}),
-                "content": [{"type": "text", "text": hit.text}],
-                "grounded": {
-                    "chunk_id": hit.chunk_id,
-                    "start": hit.start,
-                    "end": hit.end,
-                    "page": hit.page,
-                    "heading_path": list(hit.heading_path),
-                },
-            }
-            for hit, score in ranked
-        ],
+        "data": [result(hit) for hit in hits],
         "has_more": False,
         "next_page": None,
     }
@@ -493,14 +554,21 @@ def now() -> int:
 
 
 def cursor_page(
-    items: Sequence[dict[str, Any]], *, limit: int, order: str, after: str | None = None
+    items: Sequence[dict[str, Any]],
+    *,
+    limit: int,
+    order: str,
+    after: str | None = None,
+    max_limit: int = MAX_LIMIT,
 ) -> dict[str, Any]:
-    """OpenAI's cursor page over a short in-memory list (oldest first, each with an ``id``):
+    """OpenAI's cursor page over an in-memory list (oldest first, each with an ``id``):
     ``limit`` of them in ``order``, after the given id (the vector stores page their SQLite
-    rows in index/store/paging.py, which validates the same way)."""
-    validate_page(limit, order)
+    rows in index/store/paging.py, which validates the same way; an empty page's first_id
+    and last_id are "" there and here)."""
+    validate_page(limit, order, max_limit)
     ordered = list(items) if order == "asc" else list(reversed(items))
     ids = [item["id"] for item in ordered]
+    after = after or None
     if after is not None and after not in ids:
         raise InvalidRequestError(f"after {after!r} is not an id in this list", param="after")
     start = ids.index(after) + 1 if after is not None else 0
@@ -508,7 +576,7 @@ def cursor_page(
     return {
         "object": "list",
         "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
+        "first_id": page[0]["id"] if page else EMPTY,
+        "last_id": page[-1]["id"] if page else EMPTY,
         "has_more": start + len(page) < len(ordered),
     }

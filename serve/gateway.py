@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request
@@ -62,6 +63,8 @@ class Gateway:
         self.config, self.keys, self.pipeline = config, keys, pipeline
         self.generator, self.embedder, self.shards = generator, embedder, shards
         self.model_name = model_name
+        # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
+        self.embedding_model = Path(config.index.embedder.model).name
         self.responses = ResponseStore(config.data_dir)
         self.ledger = Ledger(config.data_dir, config.budgets)
         self.fair = FairQueue(

@@ -35,13 +35,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
-class RankingOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    ranker: str | None = None  # accepted; Grounded ranks with its configured pipeline
-    score_threshold: float | None = Field(None, ge=0, le=1)
-
-
 class FileSearchTool(BaseModel):
     """The ``file_search`` tool: which of the caller's vector stores to search, and how."""
 
@@ -51,7 +44,7 @@ class FileSearchTool(BaseModel):
     vector_store_ids: list[str] = Field(min_length=1)
     max_num_results: int | None = Field(None, ge=1, le=MAX_RESULTS)
     filters: dict[str, Any] | None = None
-    ranking_options: RankingOptions | None = None
+    ranking_options: api.RankingOptions | None = None
 
 
 class ResponseRequest(BaseModel):
@@ -202,7 +195,7 @@ class ResponseShape:
 
     def base(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
         request = self.request
-        return {
+        body = {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
@@ -220,11 +213,13 @@ class ResponseShape:
             "text": {"format": {"type": "text"}},
             "truncation": "disabled",
             "metadata": request.metadata or {},
-            "user": request.user,
             "error": None,
             "incomplete_details": None,
             "usage": None,
         }
+        if request.user is not None:  # the spec types it as a string: absent, not null
+            body["user"] = request.user
+        return body
 
     def search_call(self, question: str, status: str, answer: Answer | None = None,
                     attributes: dict[str, dict] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -232,7 +227,7 @@ class ResponseShape:
         if answer is not None and FILE_SEARCH_RESULTS in self.request.include:
             results = [
                 {"file_id": s.hit.doc_id, "filename": s.hit.file_name,
-                 "score": api.score_of(s.hit), "text": s.hit.text,
+                 "score": api.shown_score(s.hit), "text": s.hit.text,
                  "attributes": (attributes or {}).get(s.hit.doc_id) or None}
                 for s in answer.sources
             ]  # fmt: skip

@@ -19,15 +19,18 @@ from index.errors import InvalidRequestError
 
 T = TypeVar("T")
 MAX_LIMIT = 100
+EMPTY = ""  # first_id and last_id of an empty page
 
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
-    """One page: ``data`` in the requested order, with OpenAI's list fields."""
+    """One page: ``data`` in the requested order, with OpenAI's list fields. OpenAI's spec
+    makes ``first_id`` and ``last_id`` required strings: an empty page has "" (``EMPTY``),
+    which a cursor parameter reads as no cursor."""
 
     data: tuple[T, ...]
-    first_id: str | None
-    last_id: str | None
+    first_id: str
+    last_id: str
     has_more: bool
 
     @classmethod
@@ -37,13 +40,13 @@ class Page(Generic[T]):
         if backwards:
             items.reverse()
         ids = [item.id for item in items]
-        return cls(tuple(items), ids[0] if ids else None, ids[-1] if ids else None,
+        return cls(tuple(items), ids[0] if ids else EMPTY, ids[-1] if ids else EMPTY,
                    len(scanned) > limit)  # fmt: skip
 
 
-def validate_page(limit: int, order: str) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidRequestError(f"limit must be 1 to {MAX_LIMIT}, not {limit!r}", param="limit")
+def validate_page(limit: int, order: str, max_limit: int = MAX_LIMIT) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= max_limit:
+        raise InvalidRequestError(f"limit must be 1 to {max_limit}, not {limit!r}", param="limit")
     if order not in ("asc", "desc"):
         raise InvalidRequestError(f"order must be 'asc' or 'desc', not {order!r}", param="order")
 
@@ -71,7 +74,7 @@ def cursor_rowid(
 ) -> int | None:
     """The rowid of the ``after``/``before`` item (``sql`` finds it in this list); an id that
     is not in the list is a 400, not an empty page."""
-    if cursor is None:
+    if cursor is None or cursor == EMPTY:
         return None
     row = db.execute(sql, params).fetchone()
     if row is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from opentelemetry import trace
@@ -38,7 +38,14 @@ from serve.query.prompt import (
     cache_salt,
     canonical_order,
 )
-from serve.query.quotes import QUOTED_RULES, AnswerCheck, QuotedAnswerReader, answer_schema
+from serve.query.quotes import (
+    QUOTED_RULES,
+    AnswerCheck,
+    QuotedAnswerReader,
+    answer_schema,
+    quote_reservation,
+)
+from serve.query.relevance import relevance
 from serve.query.rerank import (
     GeneratorReranker,
     RerankConfig,
@@ -168,7 +175,7 @@ class QueryOptions:
 
     top_k: int | None = None
     search_filter: SearchFilter | None = None
-    score_threshold: float | None = None  # on the fused (or single-retriever) score
+    score_threshold: float | None = None  # on the relevance a client sees (query/relevance.py)
     rerank: bool | None = None  # None: rerank when a reranker is configured
     gate: bool = True  # False: rank without the gates (retrieval-only search, eval)
     max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
@@ -215,7 +222,6 @@ class QueryPipeline:
             dense_weight=config.dense_weight,
             pool=config.candidates,
             search_filter=options.search_filter,
-            score_threshold=options.score_threshold,
         )
         # everything both sides found, fused
         ranked = await self.searcher.search(tenant, query, 2 * config.candidates, params)
@@ -231,7 +237,7 @@ class QueryPipeline:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
         if not judged or not hits:
-            return hits[:top_k]
+            return self._scored(hits, options)[:top_k]
         reranker = self.reranker
         if admit is not None and isinstance(reranker, GeneratorReranker):
             reranker = AdmittedReranker(reranker, admit)
@@ -245,7 +251,14 @@ class QueryPipeline:
         watch.lap("rerank")
         if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
             reranked = [h for h in reranked if h.rerank_score >= threshold]
-        return reranked[:top_k]
+        return self._scored(reranked, options)[:top_k]
+
+    def _scored(self, hits: Sequence[SearchHit], options: QueryOptions) -> list[SearchHit]:
+        """The hits with the relevance a client sees, at least ``options.score_threshold``."""
+        probability = self.config.rerank.backend == "generator"
+        scored = [replace(h, relevance=relevance(h, probability)) for h in hits]
+        floor = options.score_threshold
+        return [h for h in scored if floor is None or h.relevance >= floor]
 
     async def prepare(
         self,
@@ -280,7 +293,14 @@ class QueryPipeline:
                                 remind=self.config.remind_rules,
                                 rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
         not_found = not_found_message(question)
-        max_tokens = max_tokens or DEFAULT_MAX_TOKENS
+        asked = max_tokens or DEFAULT_MAX_TOKENS
+        # max_tokens is the answer's: a quoted reply's quote, written first, is reserved on top
+        # (usage counts both), so that a small max_tokens still gets its answer.
+        reserved = 0
+        if quoted:
+            candidates = [Source(0, hit) for hit in hits]
+            reserved = quote_reservation(candidates, count, self.config.withhold_instructions)
+        max_tokens = asked + reserved
         window = self.generator.max_model_len
         limit_name = "this model's maximum context length"
         cap = options.max_prompt_tokens
@@ -288,7 +308,7 @@ class QueryPipeline:
             window = cap + max_tokens
             limit_name = (
                 f"your budget (max_prompt_tokens {options.max_prompt_tokens} + max_tokens "
-                f"{max_tokens})"
+                f"{asked}" + (f" + {reserved} for the quote)" if reserved else ")")
             )
         source_tokens = [count(builder.source_block(Source(99, h))) + 2 for h in hits]
         plan = plan_budget(
@@ -314,10 +334,11 @@ class QueryPipeline:
                 )
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
+        quote = f" and {reserved} for its quote" if reserved else ""
         raise ContextLengthError(
-            f"{limit_name} is {window} tokens, but the question with "
-            f"one source and {max_tokens} tokens for the answer needs {needed + max_tokens}; "
-            "shorten the question or lower max_tokens"
+            f"{limit_name} is {window} tokens, but the question with one source and {asked} "
+            f"tokens for the answer{quote} needs {needed + max_tokens}; shorten the question or "
+            "lower max_tokens"
         )
 
     async def stream(

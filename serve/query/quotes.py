@@ -28,8 +28,9 @@ checked (a client never sees an answer that is then taken back).
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -136,6 +137,26 @@ def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
     text = withhold_instructions(hit.text, hit.flagged) if withhold else hit.text
     sentences = (text[a:b] for a, b in sentence_spans(text))
     return sorted({s for s in sentences if WITHHELD not in s})
+
+
+# The JSON around a quoted reply's quote and answer ({"source": 12, "quote": "...", "answer":
+# "...}), with room for the whitespace the grammar lets the model write between its tokens.
+REPLY_FRAME_TOKENS = 32
+
+
+def quote_reservation(
+    sources: Sequence[Source], count: Callable[[str], int], withhold: bool = True
+) -> int:
+    """The tokens a quoted reply spends before its answer, at most: its JSON frame and the
+    longest sentence it may quote from these sources, JSON-escaped. A client's ``max_tokens``
+    is for the answer; this much more is reserved, so that the quote, which comes first,
+    never leaves the answer without tokens (an empty reply cut at "length")."""
+    longest = max(
+        (count(json.dumps(s, ensure_ascii=False)) for source in sources
+         for s in quotable_sentences(source, withhold)),
+        default=0,
+    )  # fmt: skip
+    return REPLY_FRAME_TOKENS + longest
 
 
 def answer_schema(sources: Sequence[Source], withhold: bool = True) -> dict[str, Any]:

@@ -19,7 +19,7 @@ router = APIRouter()
 async def chat(request: Request, body: api.ChatRequest):
     service = gateway()
     key = service.key(request, "query")
-    api.check_model(body.model)
+    api.check_model(body.model, service.embedding_model)
     request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
     created, files_url = api.now(), f"{request.base_url}v1/files"
     asked = await service.ask(

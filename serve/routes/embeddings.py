@@ -21,12 +21,13 @@ async def health() -> dict[str, str]:
 async def models(request: Request) -> dict[str, Any]:
     service = gateway()
     service.key(request, "query")
-    return api.models_list(service.model_name)
+    return api.models_list(service.model_name, service.embedding_model)
 
 
 @router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
 async def embeddings(request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
     service = gateway()
     key = service.key(request, "query")
+    api.check_embedding_model(body.model, service.embedding_model)
     vectors, tokens = await service.embed(key, body.texts())
     return api.embeddings(vectors, body.encoding_format, tokens, body.model)

@@ -29,6 +29,9 @@ async def _file(request: Request, scope: str, file_id: str):
         raise DocumentNotFoundError(f"no such file: {file_id}") from None
 
 
+FILES_LIMIT = 10_000  # OpenAI's default and maximum page for GET /v1/files
+
+
 @router.post("/v1/files", response_model=None, responses=openapi.FILE)
 async def upload(
     request: Request,
@@ -57,12 +60,22 @@ async def upload(
 
 
 @router.get("/v1/files", response_model=None, responses=openapi.FILES)
-async def files(request: Request) -> dict[str, Any]:
+async def files(
+    request: Request,
+    after: str | None = None,
+    limit: int = FILES_LIMIT,
+    order: str = "desc",
+    purpose: str | None = None,
+) -> dict[str, Any]:
+    """OpenAI's file list: newest first by default, up to 10,000 a page (the spec's bounds).
+    Every file here is an ``assistants`` file: another ``purpose`` lists none."""
     service = gateway()
     key = service.key(request, "query")
     documents, uploads = await service.shards_for(key.tenant).files.remote()
-    return {"object": "list", "data": [api.file_object(r) for r in [*documents, *uploads]],
-            "has_more": False}  # fmt: skip
+    listed = [api.file_object(r) for r in [*documents, *uploads]]
+    listed = [f for f in listed if purpose in (None, f["purpose"])]
+    listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
+    return api.cursor_page(listed, limit=limit, order=order, after=after, max_limit=FILES_LIMIT)
 
 
 @router.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)

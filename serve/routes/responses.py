@@ -43,7 +43,7 @@ def _input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def create_response(request: Request, body: ResponseRequest):
     service = gateway()
     key = service.key(request, "query")
-    api.check_model(body.model)
+    api.check_model(body.model, service.embedding_model)
     question, turns = conversation(body.items())
     if body.previous_response_id:
         earlier = await asyncio.to_thread(

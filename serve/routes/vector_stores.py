@@ -104,6 +104,8 @@ def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, An
 
 def _object(record: Any, name: ObjectName, request: Request) -> dict[str, Any]:
     body = {**dataclasses.asdict(record), "object": name}
+    if name == "vector_store" and body["expires_after"] is None:
+        del body["expires_after"]  # the spec types it as an object: absent, not null
     if name == "vector_store.file":
         chunker = gateway().config.index.chunker
         static = {"max_chunk_size_tokens": chunker.size, "chunk_overlap_tokens": chunker.overlap}
@@ -332,4 +334,4 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
         attributes = await service.shards_for(key.tenant).attributes.remote(
             [h.doc_id for h in hits]
         )
-    return api.search_page(body.query, [(h, api.score_of(h) or 0.0) for h in hits], attributes)
+    return api.search_page(body.query, hits, attributes, provenance=body.grounded)

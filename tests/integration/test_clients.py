@@ -27,10 +27,12 @@ from serve.models import fetch, models_dir
 from tests.appliances import free_port
 from tests.conftest import CORPUS, REPO, use_engine_environment, with_judge
 from tests.openai_schema import chunk_conforms, conforms
+from tests.openai_spec import conforms_to, spec_conforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
 JS = REPO / "tests" / "clients" / "js"
 LEAVE = "How many days of paid annual leave do employees get per year?"
+ZEBRA = b"Field notes. The zebra crossing code is QX-77. It opens the north gate."
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,115 @@ def test_every_object_conforms_to_openais_types_with_real_citations(appliance):
         created = http.post("/files", files={"file": ("x.txt", b"A note about zebras.")})
         conforms(FileObject, created.json())
         conforms(FileDeleted, http.delete(f"/files/{created.json()['id']}").json())
+
+
+def sse(response: httpx.Response) -> list[str]:
+    return [line.removeprefix("data: ") for line in response.iter_lines()
+            if line.startswith("data: ")]  # fmt: skip
+
+
+def test_every_payload_conforms_to_openais_published_spec(appliance):
+    """Each implemented endpoint's body (every streamed chunk and event included) against
+    OpenAI's OpenAPI document (tests/openai_spec): no null where the spec's type has none, no
+    field outside it but the tolerated ones, scores in [0, 1], pagination on every list."""
+    checked = []
+
+    def check(operation: str, response: httpx.Response, status: int = 200) -> dict:
+        assert response.status_code == status, response.text
+        body = response.json()
+        spec_conforms(operation, body) if status == 200 else conforms_to("ErrorResponse", body)
+        checked.append(operation)
+        return body
+
+    with raw(appliance) as http:
+        models = check("GET /models", http.get("/models"))
+        kinds = {m["id"]: m["grounded"]["kind"] for m in models["data"]}
+        assert kinds == {"grounded": "chat", "all-MiniLM-L6-v2": "embedding"}
+        for model in kinds:
+            vectors = check("POST /embeddings", http.post("/embeddings", json={
+                "model": model, "input": ["annual leave"]}))  # fmt: skip
+            assert len(vectors["data"][0]["embedding"]) == 384
+        missing = http.post("/embeddings", json={"model": "ada", "input": ["x"]})
+        assert "all-MiniLM-L6-v2" in check("error", missing, 404)["error"]["message"]
+        wrong = {"model": "all-MiniLM-L6-v2", "messages": [{"role": "user", "content": LEAVE}]}
+        assert "embedding model" in check("error", http.post("/chat/completions", json=wrong),
+                                          404)["error"]["message"]  # fmt: skip
+
+        note = check("POST /files", http.post("/files", files={"file": ("zebra.txt", ZEBRA)}))
+        check("GET /files/{file_id}", http.get(f"/files/{note['id']}"))
+        listed = check("GET /files", http.get("/files"))
+        assert listed["first_id"] == note["id"] and not listed["has_more"]  # newest first
+        first = check("GET /files", http.get("/files", params={"limit": 1, "order": "asc"}))
+        rest = check("GET /files", http.get("/files", params={"after": first["last_id"]}))
+        assert first["has_more"] and first["last_id"] not in {f["id"] for f in rest["data"]}
+        empty = check("GET /files", http.get("/files", params={"purpose": "batch"}))
+        assert empty["data"] == [] and empty["first_id"] == empty["last_id"] == ""
+
+        body = {"model": "grounded", "messages": [{"role": "user", "content": LEAVE}]}
+        check("POST /chat/completions", http.post("/chat/completions", json=body))
+        with http.stream("POST", "/chat/completions", json={**body, "stream": True,
+                         "stream_options": {"include_usage": True}}) as response:  # fmt: skip
+            events = sse(response)
+        assert events[-1] == "[DONE]"
+        for event in events[:-1]:
+            spec_conforms("POST /chat/completions", json.loads(event), stream=True)
+        checked.append("POST /chat/completions (stream)")
+
+        store = check("POST /vector_stores", http.post("/vector_stores", json={
+            "name": "notes", "file_ids": [note["id"]]}))  # fmt: skip
+        sid = store["id"]
+        check("GET /vector_stores", http.get("/vector_stores"))
+        check("GET /vector_stores/{vector_store_id}", http.get(f"/vector_stores/{sid}"))
+        check("POST /vector_stores/{vector_store_id}",
+              http.post(f"/vector_stores/{sid}", json={"name": "zebra notes"}))  # fmt: skip
+        files = f"/vector_stores/{sid}/files"
+        check("GET /vector_stores/{vector_store_id}/files", http.get(files))
+        check("GET /vector_stores/{vector_store_id}/files/{file_id}",
+              http.get(f"{files}/{note['id']}"))  # fmt: skip
+        check(
+            "POST /vector_stores/{vector_store_id}/files/{file_id}",
+            http.post(f"{files}/{note['id']}", json={"attributes": {"site": "lyon"}}),
+        )
+        check("GET /vector_stores/{vector_store_id}/files/{file_id}/content",
+              http.get(f"{files}/{note['id']}/content"))  # fmt: skip
+        batch = check("POST /vector_stores/{vector_store_id}/file_batches",
+                      http.post(f"/vector_stores/{sid}/file_batches",
+                                json={"file_ids": [note["id"]]}))  # fmt: skip
+        batches = f"/vector_stores/{sid}/file_batches/{batch['id']}"
+        check("GET /vector_stores/{vector_store_id}/file_batches/{batch_id}", http.get(batches))
+        check("GET /vector_stores/{vector_store_id}/file_batches/{batch_id}/files",
+              http.get(f"{batches}/files"))  # fmt: skip
+        page = check("POST /vector_stores/{vector_store_id}/search",
+                     http.post(f"/vector_stores/{sid}/search",
+                               json={"query": "zebra crossing code"}))  # fmt: skip
+        assert page["data"] and all(0 <= r["score"] <= 1 for r in page["data"])
+        every = http.post("/vector_stores/vs_acme/search", json={"query": LEAVE, "grounded": True})
+        assert every.status_code == 200 and all(
+            isinstance(r["grounded"]["raw_score"], float) for r in every.json()["data"]
+        )  # the extension, asked for, keeps the judge's raw score
+
+        tool = {"type": "file_search", "vector_store_ids": ["vs_acme"]}
+        asked = {"model": "grounded", "input": LEAVE, "tools": [tool],
+                 "include": ["file_search_call.results"]}  # fmt: skip
+        response = check("POST /responses", http.post("/responses", json=asked))
+        for output in response["output"]:
+            for result in output.get("results") or []:
+                assert 0 <= result["score"] <= 1
+        with http.stream("POST", "/responses", json={**asked, "stream": True}) as streamed:
+            for event in sse(streamed):
+                spec_conforms("POST /responses", json.loads(event), stream=True)
+        checked.append("POST /responses (stream)")
+        rid = response["id"]
+        check("GET /responses/{response_id}", http.get(f"/responses/{rid}"))
+        check("GET /responses/{response_id}/input_items", http.get(f"/responses/{rid}/input_items"))
+        assert http.delete(f"/responses/{rid}").status_code == 200  # the spec gives no body
+
+        check("DELETE /vector_stores/{vector_store_id}/files/{file_id}",
+              http.delete(f"{files}/{note['id']}"))  # fmt: skip
+        check("DELETE /vector_stores/{vector_store_id}", http.delete(f"/vector_stores/{sid}"))
+        check("DELETE /files/{file_id}", http.delete(f"/files/{note['id']}"))
+        check("error", http.get(f"/files/{note['id']}"), 404)
+    assert len(checked) == 37, checked
 
 
 def test_openai_python_sync_and_async_read_the_citations(appliance):

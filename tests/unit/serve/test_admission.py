@@ -9,6 +9,7 @@ from index.pipeline import SourceFile
 from serve.query.admission import Grant
 from serve.query.pipeline import QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
+from serve.query.quotes import REPLY_FRAME_TOKENS
 from serve.query.rerank import RerankConfig
 from serve.query.retrieval import LocalSearcher
 from serve.testing import ScriptedGenerator
@@ -120,10 +121,12 @@ def test_the_answer_check_is_reserved_and_billed_with_the_answer(service):
     generated = answer.usage.completion_tokens - 1  # the reply; the check reads one token
     assert answer.usage.prompt_tokens == call["tokens"] + check_prompt  # reported and recorded
     assert admit.settled == [call["tokens"] + generated + check_prompt + 1]
-    # Reserved: the answer's prompt and max_tokens, and the check with the longest source and
-    # room for an answer of max_tokens, and its token.
+    # Reserved: the answer's prompt and max_tokens with its quote's reservation, and the check
+    # with the longest source and room for that reply, and its token.
+    reply = call["max_tokens"]
+    assert reply > 60 + REPLY_FRAME_TOKENS  # the quote is reserved on top of max_tokens
     check = pipeline.answer_check
     longest = max(len(generator.render(check.messages("annual leave days", "", s)))
                   for s in answer.sources)  # fmt: skip
-    assert admit.reserved == [call["tokens"] + 60 + longest + 60 + 1]
+    assert admit.reserved == [call["tokens"] + reply + longest + reply + 1]
     assert admit.reserved[0] >= admit.settled[0]

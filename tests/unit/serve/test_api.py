@@ -1,5 +1,6 @@
 import base64
 import json
+import math
 
 import numpy as np
 import pydantic
@@ -26,6 +27,9 @@ from serve.query.citations import check_citations
 from serve.query.pipeline import Answer, Usage
 from serve.query.prompt import canonical_order
 from tests.openai_schema import chunk_conforms, conforms
+from tests.openai_spec import NotConforming, spec_conforms
+
+SEARCH = "POST /vector_stores/{vector_store_id}/search"
 
 pytestmark = pytest.mark.unit
 
@@ -154,12 +158,24 @@ def test_the_strict_check_refuses_the_old_file_citation_shape():
         conforms(ChatCompletion, body)
 
 
-def test_search_page_and_file_objects_conform():
-    hit = SearchHit("c1", "doc-1", "handbook.md", (), None, 0, 5, "Leave", 0.5)
-    page = api.search_page("leave", [(hit, 0.5)], {"doc-1": {"site": "lyon"}})
+def test_search_page_conforms_to_the_spec_and_adds_provenance_only_when_asked():
+    judged = SearchHit("c1", "doc-1", "handbook.md", ("Leave",), 2, 0, 5, "Leave", 0.5,
+                       rerank_score=6.8)  # fmt: skip
+    dense = SearchHit("c2", "doc-1", "handbook.md", (), None, 5, 9, "Days", 0.42)
+    page = api.search_page("leave", [judged, dense], {"doc-1": {"site": "lyon"}})
+    spec_conforms(SEARCH, page)
     assert page["search_query"] == ["leave"]
     for item in page["data"]:
         conforms(VectorStoreSearchResponse, item)
+    # The judge's logit through the logistic function; a cosine as it is.
+    logistic = 1 / (1 + math.exp(-6.8))
+    assert [item["score"] for item in page["data"]] == [pytest.approx(logistic), 0.42]
+    asked = api.search_page("leave", [judged], {}, provenance=True)
+    assert asked["data"][0]["grounded"] == {
+        "chunk_id": "c1", "start": 0, "end": 5, "page": 2, "heading_path": ["Leave"],
+        "raw_score": 6.8}  # fmt: skip
+    with pytest.raises(NotConforming, match="grounded"):  # the spec closes the result object
+        spec_conforms(SEARCH, asked)
 
 
 def test_embeddings_in_both_encodings():
