@@ -215,9 +215,9 @@ class ResponseShape:
             "metadata": request.metadata or {},
             "error": None,
             "incomplete_details": None,
-            "usage": None,
         }
-        if request.user is not None:  # the spec types it as a string: absent, not null
+        # The spec types these as a string and an object, never null: absent until known.
+        if request.user is not None:
             body["user"] = request.user
         return body
 

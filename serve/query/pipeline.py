@@ -27,6 +27,7 @@ from serve.query.admission import (
 )
 from serve.query.budget import ContextLengthError, plan_budget
 from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
+from serve.query.compound import ALSO_NOTE, question_parts
 from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.language import detect_language
@@ -40,6 +41,7 @@ from serve.query.prompt import (
 )
 from serve.query.quotes import (
     QUOTED_RULES,
+    REPLY_FRAME_TOKENS,
     AnswerCheck,
     QuotedAnswerReader,
     answer_schema,
@@ -149,6 +151,7 @@ class PreparedPrompt:
     timings: dict[str, float]
     json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
     query: str = ""  # what retrieval searched for: the question, condensed with earlier turns
+    also: bool = False  # a quoted answer may quote a second sentence (serve/query/compound.py)
 
 
 class Stopwatch:
@@ -247,6 +250,7 @@ class QueryPipeline:
             hits[: config.rerank.candidates],
             config.rerank.top_n or top_k,
             cache_salt(tenant),
+            parts=question_parts(query, language),
         )
         watch.lap("rerank")
         if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
@@ -293,13 +297,17 @@ class QueryPipeline:
                                 remind=self.config.remind_rules,
                                 rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
         not_found = not_found_message(question)
+        # A question that asks two things may be answered from two quoted sentences.
+        also = quoted and bool(question_parts(question))
+        note = ALSO_NOTE if also else ""
         asked = max_tokens or DEFAULT_MAX_TOKENS
-        # max_tokens is the answer's: a quoted reply's quote, written first, is reserved on top
-        # (usage counts both), so that a small max_tokens still gets its answer.
+        # max_tokens is the answer's: a quoted reply's quotes, written first, are reserved on
+        # top (usage counts them), so that a small max_tokens still gets its answer.
         reserved = 0
         if quoted:
             candidates = [Source(0, hit) for hit in hits]
-            reserved = quote_reservation(candidates, count, self.config.withhold_instructions)
+            longest = quote_reservation(candidates, count, self.config.withhold_instructions)
+            reserved = longest + (longest - REPLY_FRAME_TOKENS if also else 0)
         max_tokens = asked + reserved
         window = self.generator.max_model_len
         limit_name = "this model's maximum context length"
@@ -315,7 +323,7 @@ class QueryPipeline:
             window=window,
             max_tokens=max_tokens,
             system_tokens=count(builder.system([], not_found)) + MESSAGE_OVERHEAD,
-            question_tokens=count(builder.question(question, not_found)) + MESSAGE_OVERHEAD,
+            question_tokens=count(builder.question(question, not_found, note)) + MESSAGE_OVERHEAD,
             source_tokens=source_tokens,
             history_tokens=[count(t.content) + MESSAGE_OVERHEAD for t in history],
             history_share=self.config.history_share,
@@ -325,13 +333,13 @@ class QueryPipeline:
         kept = [history[i] for i in plan.history]
         while admitted:  # counts above are per part; the rendered template is the final word
             sources = canonical_order(admitted)
-            token_ids = self.generator.render(builder.messages(sources, kept, question, not_found))
+            messages = builder.messages(sources, kept, question, not_found, note)
+            token_ids = self.generator.render(messages)
             if len(token_ids) + max_tokens <= window:
-                schema = answer_schema(sources, builder.withhold) if quoted else None
+                schema = answer_schema(sources, builder.withhold, also) if quoted else None
                 watch.lap("prompt")
-                return PreparedPrompt(
-                    token_ids, tuple(sources), max_tokens, salt, watch.timings, schema, query
-                )
+                return PreparedPrompt(token_ids, tuple(sources), max_tokens, salt,
+                                      watch.timings, schema, query, also)  # fmt: skip
             admitted.pop()
         needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
         quote = f" and {reserved} for its quote" if reserved else ""
@@ -404,7 +412,7 @@ class QueryPipeline:
         reservation = len(prepared.token_ids) + prepared.max_tokens
         if check:  # the check runs within the generation's admission: reserve it too
             reservation += check.reservation(
-                prepared.query or question, prepared.sources, prepared.max_tokens
+                prepared.query or question, prepared.sources, prepared.max_tokens, prepared.also
             )
         async with admit(reservation) if admit else nullcontext(Grant()) as grant:
             if admit:

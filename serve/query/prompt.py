@@ -107,14 +107,22 @@ class PromptBuilder:
         return f"{rules}\n\nSources:\n<sources>\n{blocks}\n</sources>"
 
     def messages(
-        self, sources: Sequence[Source], history: Sequence[Turn], question: str, not_found: str
+        self,
+        sources: Sequence[Source],
+        history: Sequence[Turn],
+        question: str,
+        not_found: str,
+        note: str = "",
     ) -> list[dict[str, str]]:
         """System (rules + sources), then earlier turns, then the question."""
         messages = [{"role": "system", "content": self.system(sources, not_found)}]
         messages += [{"role": turn.role, "content": turn.content} for turn in history]
-        messages.append({"role": "user", "content": self.question(question, not_found)})
+        messages.append({"role": "user", "content": self.question(question, not_found, note)})
         return messages
 
-    def question(self, question: str, not_found: str) -> str:
-        """The last user turn: the question, then (``remind``) the rules restated."""
-        return f"{question}\n\n{REMINDER.format(not_found=not_found)}" if self.remind else question
+    def question(self, question: str, not_found: str, note: str = "") -> str:
+        """The last user turn: the question, then ``note`` (how to answer this question: in
+        the user turn, so the system prefix stays shared), then (``remind``) the rules
+        restated."""
+        text = f"{question}\n\n{note}" if note else question
+        return f"{text}\n\n{REMINDER.format(not_found=not_found)}" if self.remind else text

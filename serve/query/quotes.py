@@ -159,26 +159,48 @@ def quote_reservation(
     return REPLY_FRAME_TOKENS + longest
 
 
-def answer_schema(sources: Sequence[Source], withhold: bool = True) -> dict[str, Any]:
+def answer_schema(
+    sources: Sequence[Source], withhold: bool = True, also: bool = False
+) -> dict[str, Any]:
     """The JSON schema of a quoted answer for these sources (one alternative per source, whose
-    ``quote`` is one of that source's sentences, and the abstention)."""
+    ``quote`` is one of that source's sentences, and the abstention). ``also``: the question
+    asks two things (serve/query/compound.py): the reply gives, before its answer, a second
+    source and sentence for the other ({"also": {"source": 3, "quote": "..."}}), the same one
+    again when one sentence states both (a small model left the choice never took it)."""
+    quotable = {s.number: quotable_sentences(s, withhold) for s in sources}
+    quotable = {number: sentences for number, sentences in quotable.items() if sentences}
 
-    def alternative(number: int, quote: dict[str, Any], answer: dict[str, Any]):
+    def pair(number: int, sentences: list[str]) -> dict[str, Any]:
         return {
             "type": "object",
-            "properties": {"source": {"const": number}, "quote": quote, "answer": answer},
-            "required": ["source", "quote", "answer"],
+            "properties": {"source": {"const": number}, "quote": {"enum": sentences}},
+            "required": ["source", "quote"],
             "additionalProperties": False,
         }
 
-    quotable = {s.number: quotable_sentences(s, withhold) for s in sources}
+    second = {"anyOf": [{"$ref": f"#/$defs/source_{n}"} for n in quotable]}
+
+    def alternative(number: int, quote: dict[str, Any], answer: dict[str, Any], more: bool):
+        properties = {"source": {"const": number}, "quote": quote}
+        if more:
+            properties["also"] = second
+        properties["answer"] = answer
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
     options = [
-        alternative(number, {"enum": sentences}, {"type": "string"})
+        alternative(number, {"enum": sentences}, {"type": "string"}, also)
         for number, sentences in quotable.items()
-        if sentences
     ]
-    options.append(alternative(0, {"const": ""}, {"const": ""}))
-    return {"anyOf": options}
+    options.append(alternative(0, {"const": ""}, {"const": ""}, False))
+    schema: dict[str, Any] = {"anyOf": options}
+    if also and quotable:
+        schema["$defs"] = {f"source_{n}": pair(n, s) for n, s in quotable.items()}
+    return schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +208,9 @@ class QuotedReply:
     source: int  # 0: the model found no answer in the sources
     quote: str
     answer: str
+    # A question that asks two things: the source and sentence for the other (0: none).
+    also_source: int = 0
+    also_quote: str = ""
 
 
 class QuotedReplyReader:
@@ -213,10 +238,14 @@ class QuotedReplyReader:
         """What the model wrote; a cut-off or malformed reply keeps what could be read."""
         fields = self._fields
         source = fields.get("source")
+        also = fields.get("also") if isinstance(fields.get("also"), dict) else {}
+        also_source = also.get("source")
         return QuotedReply(
             source if isinstance(source, int) else 0,
             str(fields.get("quote") or ""),
             str(fields.get("answer") or ""),
+            also_source if isinstance(also_source, int) else 0,
+            str(also.get("quote") or ""),
         )
 
 
@@ -225,16 +254,23 @@ def _normalise(text: str) -> str:
 
 
 def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
-    """The quote is in the cited chunk's stored text (whitespace and case aside), and every
-    number the answer states appears in that chunk."""
+    """The quote is in the cited chunk's stored text (whitespace and case aside), as is the
+    second quote (``also``) in its chunk, and every number the answer states appears in
+    those chunks."""
     by_number = {source.number: source for source in sources}
-    source = by_number.get(reply.source)
-    if source is None or not reply.quote.strip():
-        return False
-    evidence = _normalise(source.hit.text)
-    if _normalise(reply.quote) not in evidence:
-        return False
-    return _numbers(reply.answer) <= _numbers(evidence)
+    quoted = [(reply.source, reply.quote)]
+    if reply.also_source:
+        quoted.append((reply.also_source, reply.also_quote))
+    evidence = []
+    for number, quote in quoted:
+        source = by_number.get(number)
+        if source is None or not quote.strip():
+            return False
+        text = _normalise(source.hit.text)
+        if _normalise(quote) not in text:
+            return False
+        evidence.append(text)
+    return _numbers(reply.answer) <= _numbers(" ; ".join(evidence))
 
 
 def _numbers(text: str) -> set[str]:
@@ -255,22 +291,33 @@ class AnswerCheck:
         self.generator, self.min_support, self.withhold = generator, min_support, withhold
         self._choices: tuple[frozenset[int], frozenset[int]] | None = None
 
-    def messages(self, question: str, answer: str, source: Source) -> list[dict[str, str]]:
+    def messages(
+        self, question: str, answer: str, source: Source, *more: Source
+    ) -> list[dict[str, str]]:
+        """The check's conversation; an answer that quotes two sources (``also``) is checked
+        against both texts, one after the other, as one source."""
         escape = PromptBuilder(self.generator.special_tokens).escape
-        hit = source.hit
-        text = withhold_instructions(hit.text, hit.flagged) if self.withhold else hit.text
-        user = CHECK_USER.format(source=escape(text), question=escape(question),
+        hits = [s.hit for s in (source, *more)]
+        texts = [withhold_instructions(h.text, h.flagged) if self.withhold else h.text
+                 for h in hits]  # fmt: skip
+        user = CHECK_USER.format(source=escape("\n\n".join(texts)), question=escape(question),
                                  answer=escape(answer.strip()))  # fmt: skip
         return [{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}]
 
-    def prompt(self, question: str, answer: str, source: Source) -> list[int]:
+    def prompt(self, question: str, answer: str, source: Source, *more: Source) -> list[int]:
         """The check's prompt tokens."""
-        return self.generator.render(self.messages(question, answer, source))
+        return self.generator.render(self.messages(question, answer, source, *more))
 
-    def reservation(self, question: str, sources: Sequence[Source], max_tokens: int) -> int:
+    def reservation(
+        self, question: str, sources: Sequence[Source], max_tokens: int, also: bool = False
+    ) -> int:
         """The most tokens the check of an answer of up to ``max_tokens`` tokens can use: its
-        prompt with the longest source, the answer, and the one token it reads."""
-        longest = max((len(self.prompt(question, "", s)) for s in sources), default=0)
+        prompt with the longest source (twice, when the answer may quote a second sentence,
+        which may come from the same source), the answer, and the one token it reads."""
+        if not sources:
+            return max_tokens + 1
+        copies = 2 if also else 1
+        longest = max(len(self.prompt(question, "", *[s] * copies)) for s in sources)
         return longest + max_tokens + 1
 
     async def support(self, token_ids: list[int], cache_salt: str) -> float:
@@ -280,8 +327,9 @@ class AnswerCheck:
         return await yes_probability(self.generator, token_ids, self._choices, cache_salt)
 
 
-def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
-    """The answer rests on its source: the quote is verified (``verify_quote``) and, where the
+def grounded(reply: QuotedReply, source: Source, question: str, also: Source | None = None) -> bool:
+    """The answer rests on its source (and ``also``, the source of its second quote, when it
+    has one): the quote is verified (``verify_quote``) and, where the
     source is in the question's language, at least half of the answer's words, and at least
     half of those it adds to the question, are the source's own (``SUPPORTED``: the
     faithfulness proxy's bar), its section titles included (the prompt shows them). "La
@@ -293,7 +341,8 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
     to ultra-low temperatures"), nor one that asks a price by an answer with no number,
     currency or "free". An answer in another language than its source is translated,
     so its words are not compared."""
-    if not verify_quote(reply, [source]):
+    cited = [source] if also is None or also.number == source.number else [source, also]
+    if not verify_quote(reply, cited):
         return False
     if amount_missing(question, reply.answer):
         return False
@@ -301,7 +350,7 @@ def grounded(reply: QuotedReply, source: Source, question: str) -> bool:
         return True
     words = content_words(reply.answer) - _YES_NO
     added = words - content_words(question)
-    theirs = content_words(shown_text(source))
+    theirs = set().union(*(content_words(shown_text(s)) for s in cited))
     if any(len(part & theirs) < SUPPORTED * len(part) for part in (words, added)):
         return False
     return bool(added or _YES_NO_ANSWER.search(reply.answer) or _CHOICE.search(question))
@@ -369,18 +418,26 @@ class QuotedAnswerReader:
                 return moved
         return reply
 
-    def to_check(self) -> tuple[str, Source] | None:
+    def _source(self, number: int) -> Source | None:
+        return next((s for s in self.sources if s.number == number), None) if number else None
+
+    def to_check(self) -> tuple[str, Source] | tuple[str, Source, Source] | None:
         """The answer and the source it cites (what the answer check reads: the one it names,
-        or the overlapping one that holds its quote and numbers), when the reply is an answer;
-        its quote need not be verified (an answer that passes the check with an unverified
-        quote is still shown without a citation)."""
+        or the overlapping one that holds its quote and numbers), then the source of its second
+        quote if it has one, when the reply is an answer; its quote need not be verified (an
+        answer that passes the check with an unverified quote is still shown without a
+        citation)."""
         reply = self._reply()
         if reply.source == 0 or not reply.answer.strip() or is_not_found(reply.answer):
             return None
-        source = next((s for s in self.sources if s.number == reply.source), None)
-        if source is None or (self.grounded_only and not grounded(reply, source, self.question)):
+        source, also = self._source(reply.source), self._source(reply.also_source)
+        if source is None or (
+            self.grounded_only and not grounded(reply, source, self.question, also)
+        ):
             return None  # not shown whatever the check says
-        return reply.answer, source
+        if also is None or also.number == source.number:
+            return reply.answer, source
+        return reply.answer, source, also
 
     def withhold(self) -> None:
         """The answer check found no support: "not found" instead of the answer."""
@@ -396,9 +453,9 @@ class QuotedAnswerReader:
             self._result = CheckedAnswer("", (), (), 0, 0)
             return ""
         answered = reply.source != 0 and bool(text.strip()) and not is_not_found(text)
-        source = next((s for s in self.sources if s.number == reply.source), None)
+        source, also = self._source(reply.source), self._source(reply.also_source)
         if answered and self.grounded_only:
-            self._withheld |= source is None or not grounded(reply, source, self.question)
+            self._withheld |= source is None or not grounded(reply, source, self.question, also)
         if self._withheld:
             self._result = CheckedAnswer(self.not_found, (), (), 0, 0, abstained=True)
             return self.not_found
@@ -407,20 +464,29 @@ class QuotedAnswerReader:
             self._result = CheckedAnswer(shown, (), (), 0, 0, abstained=True)
             return self._held if text else self.not_found
         verified = source is not None and verify_quote(reply, self.sources)
+        quoted = {reply.source: [reply.quote]}  # source number -> its quotes, in order
+        if also is not None and reply.also_quote not in quoted.get(also.number, []):
+            quoted.setdefault(also.number, []).append(reply.also_quote)
+        numbers = tuple(quoted) if verified else ()
         marker = ""
         if verified:
-            marker = ("" if text[-1].isspace() else " ") + f"[{reply.source}]"
+            marker = ("" if text[-1].isspace() else " ") + "".join(f"[{n}]" for n in numbers)
         full = text + marker
         plain = text.strip()
-        backing = support(plain, shown_text(source)) if source else 0.0
-        # The whole answer rests on the quote: one statement; uncited unless verified.
-        numbers = (reply.source,) if verified else ()
+        backing = 0.0
+        if source is not None:
+            backing = support(plain, " ".join(shown_text(self._source(n)) for n in quoted))
+        # The whole answer rests on its quotes: one statement; uncited unless verified.
         statement = Statement(plain, numbers, backing if verified else 0.0,
                               span=(0, len(full.rstrip())))  # fmt: skip
         cited = ()
         if source is not None:
-            cited = (Citation(source, (plain,), backing, quote=reply.quote, verified=verified),)
-        self._result = CheckedAnswer(full, cited, (statement,), int(source is None), 1)
+            cited = tuple(
+                Citation(self._source(n), (plain,), support(plain, shown_text(self._source(n))),
+                         quote=" … ".join(quotes), verified=verified)
+                for n, quotes in quoted.items()
+            )  # fmt: skip
+        self._result = CheckedAnswer(full, cited, (statement,), int(source is None), len(quoted))
         return self._held + marker
 
     def result(self) -> CheckedAnswer:

@@ -91,13 +91,22 @@ class Reranker(Protocol):
 
 
 async def rerank(
-    reranker: Reranker, query: str, hits: Sequence[SearchHit], top_n: int, cache_salt: str
+    reranker: Reranker,
+    query: str,
+    hits: Sequence[SearchHit],
+    top_n: int,
+    cache_salt: str,
+    parts: Sequence[str] = (),
 ) -> list[SearchHit]:
     """The hits reordered by the reranker (stable for ties), at most ``top_n``, each carrying
-    its ``rerank_score``."""
+    its ``rerank_score``. ``parts``: the questions a compound query asks (serve/query/
+    compound.py); a passage keeps its best score against the query and each part."""
     if not hits:
         return []
-    scores = await reranker.scores(query, [hit.text for hit in hits], cache_salt)
+    passages = [hit.text for hit in hits]
+    scores = await reranker.scores(query, passages, cache_salt)
+    for part in parts:
+        scores = list(map(max, scores, await reranker.scores(part, passages, cache_salt)))
     order = sorted(range(len(hits)), key=lambda i: -scores[i])
     return [replace(hits[i], rerank_score=float(scores[i])) for i in order[:top_n]]
 

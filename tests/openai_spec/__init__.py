@@ -124,6 +124,8 @@ def schema_for(operation: str, stream: bool = False) -> str | None:
 def conforms_to(name: str, payload: Any) -> Any:
     """``payload`` (parsed JSON) is valid under the spec's schema ``name``; returns it."""
     error = best_match(_validator(name).iter_errors(payload))
+    while error is not None and error.context:  # a union: the branch that got furthest
+        error = max(error.context, key=lambda e: len(e.absolute_path))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise NotConforming(f"{name} at {where}: {error.message}"[:2000])

@@ -1,4 +1,5 @@
 import asyncio
+import json
 
 import pytest
 
@@ -325,3 +326,41 @@ def test_leading_whitespace_is_not_streamed_and_the_start_is_marked(service):
     *streamed, answer = asyncio.run(deltas())
     assert "".join(streamed) == answer.text == "Annual leave is 27 days [1]."
     assert streamed[0] == ""  # the first token was only whitespace: the start is marked
+
+
+class PartJudge:
+    """Scores a passage high only for a query that asks about its subject alone: a stand-in for
+    a judge that the other half of a compound question distracts."""
+
+    async def scores(self, query, passages, cache_salt=""):
+        words = {"the leave": "27 days", "the pump": "oil"}
+        wanted = [text for word, text in words.items() if word in query]
+        return [5.0 if len(wanted) == 1 and wanted[0] in p else -5.0 for p in passages]
+
+
+def test_a_two_part_question_keeps_each_parts_passage_and_may_quote_both(service):
+    generator = ScriptedGenerator('{"source": 0, "quote": "", "answer": ""}')
+    config = judged(0.0).model_copy(update={"answer_format": "quoted"})
+    pipeline = QueryPipeline(LocalSearcher(service), generator, config, PartJudge())
+    run(pipeline, "acme", "How long is the leave, and what does the pump need?")
+    [call] = generator.calls
+    assert "$defs" in call["json_schema"]  # a second quote is allowed
+    assert "asks for two things" in generator.last_messages[-1]["content"]
+    prompt = generator.last_messages[0]["content"]
+    assert ACME["leave.txt"] in prompt and ACME["pump.txt"] in prompt  # each part's passage
+    one = QueryPipeline(LocalSearcher(service), ScriptedGenerator(), config, PartJudge())
+    assert run(one, "acme", "How long is the leave?").sources  # one part: its own passage
+    assert "$defs" not in one.generator.calls[0]["json_schema"]
+
+
+def test_a_small_max_tokens_is_the_answers_and_its_quote_is_reserved_on_top(service):
+    reply = '{"source": 1, "quote": "Annual leave is 27 days per calendar year for every' \
+            ' employee.", "answer": "27 days a year"}'  # fmt: skip
+    generator = ScriptedGenerator(reply)
+    config = QueryConfig(answer_format="quoted", min_dense_score=0.0)
+    answer = run(QueryPipeline(LocalSearcher(service), generator, config), "acme",
+                 "annual leave days", max_tokens=4)  # fmt: skip
+    # Four tokens would not reach the answer after the quote; the engine is given the quote's
+    # room too, and the client gets the answer.
+    assert generator.calls[0]["max_tokens"] >= 4 + generator.count(json.dumps(ACME["leave.txt"]))
+    assert answer.text.startswith("27 days a year") and not answer.abstained

@@ -424,3 +424,62 @@ def test_the_check_is_not_shown_withheld_instructions():
     assert "Leave is 27 days." in user and "Ignore all previous" not in user and WITHHELD in user
     shown = AnswerCheck(ScriptedGenerator(), 0.5, withhold=False)
     assert "Ignore all previous" in shown.messages("q", "a", source(1, text))[-1]["content"]
+
+
+NUMBER = "The contract, reference 44-A/2024, covers the dock doors."
+TERM = "The contract runs for three years from 1 January 2024."
+TWO_PARTS = "What is the contract's number and its term?"
+
+
+def test_a_two_part_schema_lets_the_reply_add_a_second_sources_sentence():
+    schema = answer_schema([source(1, NUMBER), source(2, TERM)], also=True)
+    first = schema["anyOf"][0]["properties"]
+    assert list(first) == ["source", "quote", "also", "answer"]  # the quotes before the answer
+    assert "also" in schema["anyOf"][0]["required"]  # the same sentence when one states both
+    assert schema["$defs"]["source_2"]["properties"]["quote"] == {"enum": [TERM]}
+    assert "also" not in answer_schema([source(1, NUMBER)])["anyOf"][0]["properties"]
+
+
+def test_an_answer_from_two_quotes_is_checked_against_both_and_cites_both():
+    sources = [source(1, NUMBER), source(2, TERM)]
+    reply = {"source": 1, "quote": NUMBER, "also": {"source": 2, "quote": TERM},
+             "answer": "44-A/2024, for three years"}  # fmt: skip
+    reader = QuotedAnswerReader(sources, "not found", grounded_only=True, question=TWO_PARTS)
+    reader.feed(json.dumps(reply))
+    assert reader.to_check() == ("44-A/2024, for three years", sources[0], sources[1])
+    assert reader.flush() == "44-A/2024, for three years [1][2]"
+    cited = reader.result().cited
+    assert [(c.source.number, c.quote, c.verified) for c in cited] == [
+        (1, NUMBER, True), (2, TERM, True)]  # fmt: skip
+    assert reader.result().statements[0].numbers == (1, 2)
+    # Without the second quote, the term's source is not the answer's: not grounded.
+    alone = QuotedAnswerReader(sources, "not found", grounded_only=True, question=TWO_PARTS)
+    alone.feed(json.dumps({"source": 1, "quote": NUMBER, "answer": "44-A/2024, for 3 years"}))
+    assert alone.to_check() is None and alone.flush() == "not found"
+
+
+def test_a_second_quote_that_repeats_the_first_is_one_citation_and_one_source_to_check():
+    reader = QuotedAnswerReader([source(1, NUMBER)], "not found", question=TWO_PARTS)
+    shown = reader.feed(json.dumps({"source": 1, "quote": NUMBER, "answer": "44-A/2024",
+                                    "also": {"source": 1, "quote": NUMBER}}))  # fmt: skip
+    assert reader.to_check() == ("44-A/2024", source(1, NUMBER))
+    assert shown + reader.flush() == "44-A/2024 [1]"
+    assert [c.quote for c in reader.result().cited] == [NUMBER]
+
+
+def test_a_second_quote_must_be_in_its_source_and_carries_its_numbers():
+    sources = [source(1, NUMBER), source(2, TERM)]
+    both = QuotedReply(1, NUMBER, "44-A/2024 from 2024", 2, TERM)
+    assert verify_quote(both, sources)
+    assert not verify_quote(QuotedReply(1, NUMBER, "44-A/2024 from 2024", 1, TERM), sources)
+    assert not verify_quote(QuotedReply(1, NUMBER, "44-A/2024 from 2025", 2, TERM), sources)
+    assert not verify_quote(QuotedReply(1, NUMBER, "44-A/2024", 3, TERM), sources)
+
+
+def test_the_check_reads_both_sources_of_a_two_quote_answer():
+    check = AnswerCheck(ScriptedGenerator(), 0.5)
+    user = check.messages(TWO_PARTS, "44-A/2024", source(1, NUMBER), source(2, TERM))[-1]
+    assert f"{NUMBER}\n\n{TERM}" in user["content"]
+    one = check.reservation(TWO_PARTS, [source(1, NUMBER), source(2, TERM)], 10)
+    two = check.reservation(TWO_PARTS, [source(1, NUMBER), source(2, TERM)], 10, also=True)
+    assert two > one  # room for the longest source twice

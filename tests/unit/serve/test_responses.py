@@ -17,6 +17,7 @@ from serve.generator import GeneratorUnavailableError
 from serve.query.prompt import Turn
 from serve.responses import ResponseRequest, ResponseShape, conversation, response_events
 from tests.openai_schema import conforms
+from tests.openai_spec import spec_conforms
 from tests.unit.serve.test_api import answer
 
 pytestmark = pytest.mark.unit
@@ -39,6 +40,7 @@ def test_a_completed_response_conforms_with_file_citations_and_cached_tokens():
         QUESTION, answer(), {"doc-1": {"site": "lyon"}}, {"amount": 0.0, "currency": "USD"}
     )
     response = conforms(Response, json.loads(json.dumps(body)))
+    spec_conforms("POST /responses", json.loads(json.dumps(body)))
     search, message = response.output
     assert search.type == "file_search_call" and search.queries == [QUESTION]
     assert search.results[0].file_id == "doc-1" and search.results[0].attributes == {"site": "lyon"}
@@ -148,6 +150,7 @@ def parsed(raw: list[str]) -> list:
         name, data = text.strip().split("\n")
         payload = json.loads(data.removeprefix("data: "))
         assert name == f"event: {payload['type']}"
+        spec_conforms("POST /responses", payload, stream=True)  # OpenAI's published spec
         events.append(pydantic.TypeAdapter(ResponseStreamEvent).validate_python(payload))
     return events
 
