@@ -106,3 +106,6 @@ class SearchHit:
     flagged: tuple[tuple[int, int], ...] = ()
     # The score a client sees, in [0, 1]: set by the query pipeline (serve/query/relevance.py).
     relevance: float | None = None
+    # A question that asks two things: the judge's score against the whole question and
+    # against its first part (serve/query/compound.py); rerank_score is the higher.
+    part_scores: tuple[float, ...] = ()

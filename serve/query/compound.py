@@ -4,10 +4,13 @@ PCR, and in what year?".
 Each thing may be stated in a different passage (a contract's number under "Article 1", its
 term under "Article 3"). Two parts of the pipeline read such a question by its parts:
 
-- the relevance judge scores a passage against the whole question and against each part, and
-  keeps the best score, so that a passage answering only one part is not gated out because
-  the question also asks something else (serve/query/rerank.py ``rerank``);
-- a quoted answer may quote a second sentence, from another source, for the other part
+- the relevance judge scores a passage against the whole question and against its first part,
+  and keeps the better score, so that a passage answering only the first part is not gated
+  out because the question also asks something else (serve/query/rerank.py ``rerank``; the
+  second part alone, "sa durée ?", is too short for the judge, and the whole question already
+  holds it);
+- where the first part's best passage is not the whole question's (``answered_apart``), a
+  quoted answer quotes a sentence for each part, from the same or another source
   (serve/query/quotes.py ``also``).
 
 A question is split at a coordinating conjunction that starts a second question: "and"/"et"
@@ -21,18 +24,23 @@ never split.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from index.types import SearchHit
 from serve.query.language import detect_language
 
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    """How one language joins two questions: the conjunction, and what may open the second."""
+    """How one language joins two questions: the conjunction, and what may open the second;
+    and the note a quoted prompt adds after such a question, in its language (an English note
+    after a French question made the model answer in English)."""
 
     conjunction: str
     question_words: tuple[str, ...]
     possessives: tuple[str, ...]
+    note: str
 
 
 # fmt: off
@@ -43,6 +51,9 @@ SPLITS = {
          "in what", "in which", "at what", "on what", "from what", "for what", "by whom",
          "since when", "until when"),
         ("its", "his", "her", "their"),
+        'This question asks for two things: "quote" is the sentence that states the first, and '
+        '"also" gives the number of the source and the sentence that states the second (the '
+        "same sentence again if it states both).",
     ),
     "fr": Split(
         "et",
@@ -51,41 +62,36 @@ SPLITS = {
          "à quelle", "de quel", "de quelle", "depuis quand", "depuis combien", "par qui",
          "pour qui", "avec qui", "jusqu'à quand"),
         ("sa", "son", "ses", "leur", "leurs"),
+        'Cette question demande deux choses : "quote" est la phrase qui énonce la première, et '
+        '"also" donne le numéro de la source et la phrase qui énonce la seconde (la même phrase '
+        "si elle énonce les deux).",
     ),
 }
 # fmt: on
 # The first part must name something beyond its question word: "Who invented PCR" (2 words
 # after "who"), not "En quelle année" (1).
 MIN_SUBJECT_WORDS = 2
-# Attached to the question in a quoted prompt when it has two parts (serve/query/quotes.py).
-ALSO_NOTE = (
-    'This question asks for two things: "quote" is the sentence that states the first, and '
-    '"also" gives the number of the source and the sentence that states the second (the same '
-    "sentence again if it states both)."
-)
 
 
-def _pattern(split: Split) -> re.Pattern[str]:
-    openers = sorted((*split.question_words, *split.possessives), key=len, reverse=True)
-    alternatives = "|".join(re.escape(word).replace(r"\ ", r"\s+") for word in openers)
-    # "qu'" ends on an apostrophe: no word boundary after it.
-    return re.compile(
-        rf",?\s+{split.conjunction}\s+(?=(?:{alternatives})(?:\b|(?<=')))", re.IGNORECASE
-    )
+def _either(words: tuple[str, ...]) -> str:
+    """A regex alternation of ``words``, longest first, any whitespace inside."""
+    ordered = sorted(words, key=len, reverse=True)
+    return "|".join(re.escape(word).replace(r"\ ", r"\s+") for word in ordered)
 
 
-_PATTERNS = {language: _pattern(split) for language, split in SPLITS.items()}
-_LEADING = {
+# The conjunction before a second question ("qu'" ends on an apostrophe: no word boundary
+# after it), and the question word that opens a first part.
+_SECOND = {
     language: re.compile(
-        r"^\W*(?:(?:"
-        + "|".join(
-            re.escape(w).replace(r"\ ", r"\s+")
-            for w in sorted(split.question_words, key=len, reverse=True)
-        )
-        + r")\b)?",
+        rf",?\s+{s.conjunction}\s+(?=(?:{_either((*s.question_words, *s.possessives))})"
+        r"(?:\b|(?<=')))",
         re.IGNORECASE,
     )
-    for language, split in SPLITS.items()
+    for language, s in SPLITS.items()
+}
+_LEADING = {
+    language: re.compile(rf"^\W*(?:(?:{_either(s.question_words)})\b)?", re.IGNORECASE)
+    for language, s in SPLITS.items()
 }
 
 
@@ -94,7 +100,7 @@ def question_parts(question: str, language: str | None = None) -> tuple[str, ...
     second as written), or () when it asks one thing. ``language``: the question's, else
     detected."""
     language = language or detect_language(question)
-    pattern = _PATTERNS.get(language)
+    pattern = _SECOND.get(language)
     if pattern is None:
         return ()
     for match in pattern.finditer(question):  # "When and where ..., and who ...": the second
@@ -104,3 +110,23 @@ def question_parts(question: str, language: str | None = None) -> tuple[str, ...
         if len(subject.split()) >= MIN_SUBJECT_WORDS and second.rstrip(" ?"):
             return (first + (" ?" if language == "fr" else "?"), second)
     return ()
+
+
+def two_part_note(question: str) -> str:
+    """What a quoted prompt says after ``question`` when it asks two things (its language's
+    ``Split.note``), else ""."""
+    language = detect_language(question)
+    return SPLITS[language].note if question_parts(question, language) else ""
+
+
+def answered_apart(hits: Sequence[SearchHit]) -> bool:
+    """The judge found the first part of a compound question best answered by another passage
+    than the whole question (``SearchHit.part_scores``): the answer needs a sentence of each.
+    Where one passage is best for both ("Who invented the Rubik's Cube, and when?", one
+    article), one quote serves, and the reply keeps its one-quote form."""
+    scored = [hit for hit in hits if len(hit.part_scores) == 2]
+    if len(scored) < 2:
+        return False
+    whole = max(scored, key=lambda hit: hit.part_scores[0])
+    first = max(scored, key=lambda hit: hit.part_scores[1])
+    return whole.chunk_id != first.chunk_id

@@ -27,7 +27,7 @@ from serve.query.admission import (
 )
 from serve.query.budget import ContextLengthError, plan_budget
 from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
-from serve.query.compound import ALSO_NOTE, question_parts
+from serve.query.compound import answered_apart, question_parts, two_part_note
 from serve.query.condense import Condense, condense_query
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.language import detect_language
@@ -250,7 +250,7 @@ class QueryPipeline:
             hits[: config.rerank.candidates],
             config.rerank.top_n or top_k,
             cache_salt(tenant),
-            parts=question_parts(query, language),
+            first_part=next(iter(question_parts(query, language)), ""),
         )
         watch.lap("rerank")
         if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
@@ -297,9 +297,10 @@ class QueryPipeline:
                                 remind=self.config.remind_rules,
                                 rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
         not_found = not_found_message(question)
-        # A question that asks two things may be answered from two quoted sentences.
-        also = quoted and bool(question_parts(question))
-        note = ALSO_NOTE if also else ""
+        # A question that asks two things, whose first part another passage answers best than
+        # the whole question, is answered from two quoted sentences.
+        note = two_part_note(question) if quoted and answered_apart(hits) else ""
+        also = bool(note)
         asked = max_tokens or DEFAULT_MAX_TOKENS
         # max_tokens is the answer's: a quoted reply's quotes, written first, are reserved on
         # top (usage counts them), so that a small max_tokens still gets its answer.

@@ -96,19 +96,26 @@ async def rerank(
     hits: Sequence[SearchHit],
     top_n: int,
     cache_salt: str,
-    parts: Sequence[str] = (),
+    first_part: str = "",
 ) -> list[SearchHit]:
     """The hits reordered by the reranker (stable for ties), at most ``top_n``, each carrying
-    its ``rerank_score``. ``parts``: the questions a compound query asks (serve/query/
-    compound.py); a passage keeps its best score against the query and each part."""
+    its ``rerank_score``. ``first_part``: the first of the two questions a compound query asks
+    (serve/query/compound.py); a passage keeps the better of its scores against the query and
+    that part (both in ``part_scores``), so that a passage answering only the first part is
+    not outranked by the question's second half."""
     if not hits:
         return []
     passages = [hit.text for hit in hits]
-    scores = await reranker.scores(query, passages, cache_salt)
-    for part in parts:
-        scores = list(map(max, scores, await reranker.scores(part, passages, cache_salt)))
+    whole = [float(s) for s in await reranker.scores(query, passages, cache_salt)]
+    part = [float(s) for s in await reranker.scores(first_part, passages, cache_salt)] if (
+        first_part) else []  # fmt: skip
+    scores = list(map(max, whole, part)) if part else whole
     order = sorted(range(len(hits)), key=lambda i: -scores[i])
-    return [replace(hits[i], rerank_score=float(scores[i])) for i in order[:top_n]]
+    kept = order[:top_n]
+    if not part:
+        return [replace(hits[i], rerank_score=scores[i]) for i in kept]
+    return [replace(hits[i], rerank_score=scores[i], part_scores=(whole[i], part[i]))
+            for i in kept]  # fmt: skip
 
 
 class CrossEncoderReranker:

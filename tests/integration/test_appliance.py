@@ -91,7 +91,8 @@ def uploaded(appliance):
 
 def test_models_list(appliance):
     models = client(appliance, "acme").models.list()
-    assert [m.id for m in models.data] == ["grounded"]
+    kinds = [(m.id, m.model_extra["grounded"]["kind"]) for m in models.data]
+    assert kinds[0] == ("grounded", "chat") and [k for _, k in kinds] == ["chat", "embedding"]
 
 
 def test_upload_returns_file_objects_and_lists_them(appliance, uploaded):

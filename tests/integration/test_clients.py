@@ -157,6 +157,12 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
 
         body = {"model": "grounded", "messages": [{"role": "user", "content": LEAVE}]}
         check("POST /chat/completions", http.post("/chat/completions", json=body))
+        # A small max_tokens is the answer's: the quote before it has its own room.
+        short = check(
+            "POST /chat/completions",
+            http.post("/chat/completions", json={**body, "max_tokens": 24}),
+        )
+        assert "27" in short["choices"][0]["message"]["content"], short
         with http.stream("POST", "/chat/completions", json={**body, "stream": True,
                          "stream_options": {"include_usage": True}}) as response:  # fmt: skip
             events = sse(response)
@@ -219,7 +225,7 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
         check("DELETE /vector_stores/{vector_store_id}", http.delete(f"/vector_stores/{sid}"))
         check("DELETE /files/{file_id}", http.delete(f"/files/{note['id']}"))
         check("error", http.get(f"/files/{note['id']}"), 404)
-    assert len(checked) == 37, checked
+    assert len(checked) == 38, checked
 
 
 def test_openai_python_sync_and_async_read_the_citations(appliance):

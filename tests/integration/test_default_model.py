@@ -83,3 +83,50 @@ def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_pa
     assert absent.abstained and absent.text == NOT_FOUND["en"] and absent.cited == ()
     assert leave.answer_support >= query.min_answer_support  # the check ran, and passed
     assert own_support >= query.min_answer_support > other_support, (own_support, other_support)
+
+
+# What each `make demo` question must be answered with (any one of the alternatives of every
+# group), or None: "not found". A question added to the demo needs its line here.
+DEMO_ANSWERS = {
+    "How many days of annual leave do employees get, and how many can be carried over?":
+        [("27",), ("5", "five")],
+    "What power supply does the GX-4200 controller need?": [("200",), ("240",)],
+    "Combien de jours de télétravail par semaine sont autorisés ?": [("deux", "2")],
+    "Who won the 1998 football world cup?": None,
+    "Quel est le numéro du contrat de maintenance et sa durée ?":
+        [("44-A/2024",), ("trois ans", "3 ans")],
+}  # fmt: skip
+
+
+def test_every_demo_question_is_answered_right_and_cited(model_folder, tmp_path, minilm):
+    from serve.demo import QUESTIONS
+
+    assert {q for questions in QUESTIONS.values() for q in questions} == set(DEMO_ANSWERS)
+    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
+    service = IndexService(config.index, tmp_path, embedder=minilm).start()
+    for tenant in QUESTIONS:
+        files, _ = discover([CORPUS / tenant])
+        list(service.pipeline(tenant).ingest(files))
+    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+
+    async def ask_all():
+        generator = VllmGenerator(generator_config).start()
+        try:
+            pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+            return {q: await pipeline.answer(tenant, q, max_tokens=160)  # as serve/demo.py asks
+                    for tenant, questions in QUESTIONS.items() for q in questions}  # fmt: skip
+        finally:
+            generator.shutdown()
+
+    answers = asyncio.run(ask_all())
+    service.close()
+    for question, expected in DEMO_ANSWERS.items():
+        answer = answers[question]
+        if expected is None:
+            assert answer.abstained and answer.cited == (), (question, answer.text)
+            continue
+        text = answer.text.casefold()
+        assert not answer.abstained, (question, answer.text, answer.answer_support)
+        assert all(any(a.casefold() in text for a in group) for group in expected), answer.text
+        assert answer.cited and all(c.verified for c in answer.cited), (question, answer.cited)
+        assert text.endswith("]")  # the citation marker, after a verified quote

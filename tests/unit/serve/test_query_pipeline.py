@@ -329,13 +329,13 @@ def test_leading_whitespace_is_not_streamed_and_the_start_is_marked(service):
 
 
 class PartJudge:
-    """Scores a passage high only for a query that asks about its subject alone: a stand-in for
-    a judge that the other half of a compound question distracts."""
+    """Scores high the passage about the query's last subject: a stand-in for the judge, which
+    reads a compound question for its second half ("... et sa durée ?")."""
 
     async def scores(self, query, passages, cache_salt=""):
-        words = {"the leave": "27 days", "the pump": "oil"}
-        wanted = [text for word, text in words.items() if word in query]
-        return [5.0 if len(wanted) == 1 and wanted[0] in p else -5.0 for p in passages]
+        subjects = {"the leave": "27 days", "the pump": "oil"}
+        last = max((query.rfind(s), text) for s, text in subjects.items())[1]
+        return [5.0 if last in p else -5.0 for p in passages]
 
 
 def test_a_two_part_question_keeps_each_parts_passage_and_may_quote_both(service):
