@@ -41,7 +41,6 @@ from serve.query.prompt import (
 )
 from serve.query.quotes import (
     QUOTED_RULES,
-    REPLY_FRAME_TOKENS,
     AnswerCheck,
     QuotedAnswerReader,
     answer_schema,
@@ -306,9 +305,8 @@ class QueryPipeline:
         # top (usage counts them), so that a small max_tokens still gets its answer.
         reserved = 0
         if quoted:
-            candidates = [Source(0, hit) for hit in hits]
-            longest = quote_reservation(candidates, count, self.config.withhold_instructions)
-            reserved = longest + (longest - REPLY_FRAME_TOKENS if also else 0)
+            reserved = quote_reservation([Source(0, hit) for hit in hits], count,
+                                         builder.withhold, quotes=2 if also else 1)  # fmt: skip
         max_tokens = asked + reserved
         window = self.generator.max_model_len
         limit_name = "this model's maximum context length"

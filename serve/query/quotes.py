@@ -145,18 +145,18 @@ REPLY_FRAME_TOKENS = 32
 
 
 def quote_reservation(
-    sources: Sequence[Source], count: Callable[[str], int], withhold: bool = True
+    sources: Sequence[Source], count: Callable[[str], int], withhold: bool = True, quotes: int = 1
 ) -> int:
-    """The tokens a quoted reply spends before its answer, at most: its JSON frame and the
-    longest sentence it may quote from these sources, JSON-escaped. A client's ``max_tokens``
-    is for the answer; this much more is reserved, so that the quote, which comes first,
-    never leaves the answer without tokens (an empty reply cut at "length")."""
+    """The tokens a quoted reply spends before its answer, at most: its JSON frame and, per
+    quote, the longest sentence it may quote from these sources, JSON-escaped. A client's
+    ``max_tokens`` is for the answer; this much more is reserved, so that the quotes, which
+    come first, never leave the answer without tokens (an empty reply cut at "length")."""
     longest = max(
         (count(json.dumps(s, ensure_ascii=False)) for source in sources
          for s in quotable_sentences(source, withhold)),
         default=0,
     )  # fmt: skip
-    return REPLY_FRAME_TOKENS + longest
+    return REPLY_FRAME_TOKENS + quotes * longest
 
 
 def answer_schema(

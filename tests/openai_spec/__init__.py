@@ -115,6 +115,11 @@ def _validator(name: str) -> Draft202012Validator:
     return Draft202012Validator({"$ref": _PREFIX + name, "components": {"schemas": schemas}})
 
 
+def documented_operations() -> set[str]:
+    """The implemented operations for which the spec documents a JSON body."""
+    return {op for op, schemas in _document()["operations"].items() if schemas["json"]}
+
+
 def schema_for(operation: str, stream: bool = False) -> str | None:
     """The spec's schema name for an operation ("POST /chat/completions"), or its streamed
     event; None where the spec documents no body."""
