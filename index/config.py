@@ -15,9 +15,18 @@ class LoaderLimits(_Strict):
     """Per-document limits; a file over any of them is refused, naming the limit."""
 
     max_bytes: int = Field(50 * 1024 * 1024, gt=0, description="Largest accepted file size.")
-    max_pages: int = Field(2000, gt=0, description="Most PDF pages per document.")
+    max_pages: int = Field(2000, gt=0, description="Most PDF pages, slides or sheets per document.")
     max_chars: int = Field(5_000_000, gt=0, description="Most characters of validated text.")
     max_chunks: int = Field(20_000, gt=0, description="Most chunks per document.")
+    max_rows: int = Field(200_000, gt=0, description="Most spreadsheet rows per file.")
+    max_zip_entries: int = Field(
+        10_000, gt=0, description="Most parts in a Word, PowerPoint or Excel file's archive."
+    )
+    max_unzipped_bytes: int = Field(
+        500 * 1024 * 1024,
+        gt=0,
+        description="Most bytes a Word, PowerPoint or Excel file may expand to (zip bombs).",
+    )
 
 
 class ChunkerConfig(_Strict):

@@ -1,4 +1,5 @@
-"""File -> Document. One loader per format, chosen by file extension."""
+"""File -> Document. One loader per format, chosen by file extension; the Office formats check
+that the bytes are what the extension says (index/loaders/ooxml.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from index.errors import (
 )
 from index.loaders.base import DocumentLoader
 from index.loaders.html import HtmlLoader
+from index.loaders.mail import MailLoader
 from index.loaders.markdown import MarkdownLoader
 from index.loaders.pdf import PdfLoader
+from index.loaders.sheets import CsvLoader, ExcelLoader
+from index.loaders.slides import SlidesLoader
 from index.loaders.text import TextLoader
+from index.loaders.word import WordLoader
 from index.types import Document
 
 # Raised whenever a loader reads the same bytes into different text (2: HTML page titles kept,
@@ -23,7 +28,17 @@ from index.types import Document
 # is ingested again, though its bytes have not changed.
 LOADER_VERSION = "2"
 
-LOADERS: tuple[DocumentLoader, ...] = (PdfLoader(), MarkdownLoader(), HtmlLoader(), TextLoader())
+LOADERS: tuple[DocumentLoader, ...] = (
+    PdfLoader(),
+    MarkdownLoader(),
+    HtmlLoader(),
+    TextLoader(),
+    WordLoader(),
+    SlidesLoader(),
+    ExcelLoader(),
+    CsvLoader(),
+    MailLoader(),
+)
 SUPPORTED_EXTENSIONS = tuple(ext for loader in LOADERS for ext in loader.extensions)
 
 

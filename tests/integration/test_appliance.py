@@ -201,7 +201,7 @@ def test_bad_requests_are_4xx_with_a_reason(appliance, uploaded):
     with pytest.raises(openai.BadRequestError, match=r"broken\.pdf"):
         acme.files.create(file=("broken.pdf", b"%PDF-1.7\n garbage"), purpose="assistants")
     with pytest.raises(openai.APIStatusError) as unsupported:
-        acme.files.create(file=("notes.docx", b"PK\x03\x04"), purpose="assistants")
+        acme.files.create(file=("notes.odt", b"PK\x03\x04"), purpose="assistants")
     assert unsupported.value.status_code == 415
     assert len(acme.files.list().data) == before  # nothing lost, nothing half-stored
 

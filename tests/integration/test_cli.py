@@ -55,14 +55,14 @@ def test_reingest_is_unchanged(data_dir, ingested):
 
 def test_refusals_exit_non_zero_with_reasons_and_keep_documents(data_dir, ingested, tmp_path):
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.7\n garbage without xref")
-    (tmp_path / "notes.docx").write_bytes(b"PK\x03\x04")
+    (tmp_path / "notes.odt").write_bytes(b"PK\x03\x04")
     report = as_json(
         data_dir, "ingest", "-t", "acme", str(tmp_path / "broken.pdf"),
-        str(tmp_path / "notes.docx"), str(tmp_path / "missing.md"), code=1,
+        str(tmp_path / "notes.odt"), str(tmp_path / "missing.md"), code=1,
     )  # fmt: skip
     reasons = {r["file_name"]: r["reason"] for r in report["results"]}
     assert "damaged PDF" in reasons["broken.pdf"]
-    assert "unsupported file type '.docx'" in reasons["notes.docx"]
+    assert "unsupported file type '.odt'" in reasons["notes.odt"]
     assert reasons["missing.md"] == "no such file"
     assert len(as_json(data_dir, "docs", "-t", "acme")["documents"]) == 5
 

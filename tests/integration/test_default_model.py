@@ -17,7 +17,7 @@ import asyncio
 
 import pytest
 
-from index.pipeline import discover
+from index.pipeline import SourceFile, discover
 from index.service import IndexService
 from serve.config import load_config
 from serve.generator import VllmGenerator
@@ -130,3 +130,83 @@ def test_every_demo_question_is_answered_right_and_cited(model_folder, tmp_path,
         assert all(any(a.casefold() in text for a in group) for group in expected), answer.text
         assert answer.cited and all(c.verified for c in answer.cited), (question, answer.cited)
         assert text.endswith("]")  # the citation marker, after a verified quote
+
+
+def office_files() -> dict[str, bytes]:
+    """One fact per format, in files written by the libraries that write them."""
+    import io
+    from email.message import EmailMessage
+
+    import docx
+    from openpyxl import Workbook
+    from pptx import Presentation
+
+    def saved(document) -> bytes:
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    word = docx.Document()
+    word.add_heading("Osprey site lease", level=1)
+    word.add_paragraph("The Osprey site lease, reference LX-8812, runs until 2031.")
+    deck = Presentation()
+    for title, text in [("Agenda", "Budget review."),
+                        ("Roadmap", "The Falcon release ships in September 2027.")]:  # fmt: skip
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text_frame.text = text
+    book = Workbook()
+    book.active.title = "Capacity"
+    book.active.append(["Model", "Capacity (kg)"])
+    for i in range(60):
+        book.active.append([f"GX-{i}", 40 + i])
+    mail = EmailMessage()
+    mail["Subject"], mail["From"] = "Dock door visit", "service@nordlift.example"
+    mail.set_content("The technician comes on Thursday at 9:30 to replace the spring.")
+    return {
+        "lease.docx": saved(word),
+        "roadmap.pptx": saved(deck),
+        "capacity.xlsx": saved(book),
+        "depots.csv": b"Depot,Manager\nNorth,Ines Laurent\nSouth,Karl Berg\n",
+        "visit.eml": bytes(mail),
+    }
+
+
+# question: (the file it is answered from, what the answer says, where the citation points)
+OFFICE_QUESTIONS = {
+    "Until which year does the Osprey site lease run?": ("lease.docx", "2031", None),
+    "When does the Falcon release ship?": ("roadmap.pptx", "2027", 2),
+    "What is the capacity of model GX-42?": ("capacity.xlsx", "82", None),
+    "Who manages the South depot?": ("depots.csv", "Karl Berg", None),
+    "When does the dock door technician come?": ("visit.eml", "Thursday", None),
+}
+
+
+def test_office_formats_are_answered_and_cited_with_their_place(model_folder, tmp_path, minilm):
+    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
+    service = IndexService(config.index, tmp_path, embedder=minilm).start()
+    sources = [SourceFile.from_bytes(data, name) for name, data in office_files().items()]
+    results = list(service.pipeline("office").ingest(sources))
+    assert all(r.status == "added" for r in results), results
+    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+
+    async def ask_all():
+        generator = VllmGenerator(generator_config).start()
+        try:
+            pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+            return {q: await pipeline.answer("office", q, max_tokens=80) for q in OFFICE_QUESTIONS}
+        finally:
+            generator.shutdown()
+
+    answers = asyncio.run(ask_all())
+    service.close()
+    for question, (file_name, says, page) in OFFICE_QUESTIONS.items():
+        answer = answers[question]
+        assert says in answer.text, (question, answer.text)
+        [cited] = [c for c in answer.cited if c.source.hit.file_name == file_name]
+        assert cited.verified, (question, cited)
+        if page is not None:
+            assert cited.source.hit.page == page  # the slide
+        if file_name == "capacity.xlsx":
+            assert cited.source.hit.heading_path[0] == "Capacity"
+            assert cited.source.hit.heading_path[1].startswith("rows ")
