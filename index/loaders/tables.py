@@ -25,45 +25,46 @@ def row_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _blocks(
+    lines: Iterable[tuple[int, str]], head: str, max_chars: int
+) -> Iterator[tuple[int, int, str]]:
+    """(first row number, last row number, text) per block of whole numbered ``lines``, each
+    block ``head`` (if any) then its lines, under ``max_chars`` where a line allows."""
+    taken: list[str] = []
+    first = last = 0
+    size = len(head) + 1 if head else 0
+    for number, line in lines:
+        if taken and size + sum(len(x) + 1 for x in taken) + len(line) > max_chars:
+            yield first, last, "\n".join([head, *taken] if head else taken)
+            taken = []
+        if not taken:
+            first = number
+        taken.append(line)
+        last = number
+    if taken:
+        yield first, last, "\n".join([head, *taken] if head else taken)
+
+
 def table_blocks(
     header: Sequence[str], rows: Iterable[tuple[int, Sequence[str]]], max_chars: int = BLOCK_CHARS
 ) -> Iterator[tuple[int, int, str]]:
-    """(first row number, last row number, Markdown table) per block of whole ``rows``
-    (numbered as the source numbers them), each under ``max_chars`` where a row allows."""
+    """Markdown tables of whole ``rows`` (numbered as the source numbers them), each repeating
+    the header row: (first row number, last row number, table) per block."""
     head = row_line(header) + "\n" + row_line(["---"] * len(header))
-    lines: list[str] = []
-    first = last = 0
-    for number, values in rows:
-        line = row_line(values)
-        if lines and len(head) + sum(len(x) + 1 for x in lines) + len(line) > max_chars:
-            yield first, last, head + "\n" + "\n".join(lines)
-            lines = []
-        if not lines:
-            first = number
-        lines.append(line)
-        last = number
-    if lines:
-        yield first, last, head + "\n" + "\n".join(lines)
+    return _blocks(((n, row_line(values)) for n, values in rows), head, max_chars)
 
 
 def record_blocks(
     header: Sequence[str], rows: Iterable[tuple[int, Sequence[str]]], max_chars: int = BLOCK_CHARS
 ) -> Iterator[tuple[int, int, str]]:
-    """(first row number, last row number, text) per block of whole ``rows``, each row one
-    line that names every value: "Model: GX-42; Capacity (kg): 82." (empty cells left out)."""
-    lines: list[str] = []
-    first = last = 0
-    for number, values in rows:
-        pairs = [f"{name}: {value}" for name, value in zip(header, values, strict=False) if value]
-        if not pairs:
-            continue
-        line = "; ".join(pairs) + "."
-        if lines and sum(len(x) + 1 for x in lines) + len(line) > max_chars:
-            yield first, last, "\n".join(lines)
-            lines = []
-        if not lines:
-            first = number
-        lines.append(line)
-        last = number
-    if lines:
-        yield first, last, "\n".join(lines)
+    """Blocks of whole ``rows``, each row one line that names every value: "Model: GX-42;
+    Capacity (kg): 82." (empty cells left out, and rows with none)."""
+
+    def named() -> Iterator[tuple[int, str]]:
+        for number, values in rows:
+            pairs = [f"{name}: {value}" for name, value in zip(header, values, strict=False)
+                     if value]  # fmt: skip
+            if pairs:
+                yield number, "; ".join(pairs) + "."
+
+    return _blocks(named(), "", max_chars)
