@@ -1,4 +1,4 @@
-"""Which recorded answers does the amount rule (serve.query.quotes.amount_missing, part of
+"""Which recorded answers does the amount rule (serve.query.amounts.amount_missing, part of
 ``query.grounded_only``) withhold? Every answered question that asks for an amount, a time, a
 date or a price, in every stored red-team results file and every kept `grounded eval --json` run
 (benchmarks/eval/sweep, benchmarks/eval/heldout), with the answers the rule withholds and
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.grounded_only import red_team_questions  # noqa: E402
-from serve.query.quotes import amount_missing, asks_amount  # noqa: E402
+from serve.query.amounts import amount_missing, asks_amount  # noqa: E402
 
 SETS = ("redteam", "redteam-heldout", "redteam-heldout2")
 

@@ -7,6 +7,7 @@ collector at `serve.tracing.endpoint` (OTLP over HTTP, e.g. http://collector:431
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from opentelemetry import trace
@@ -45,3 +46,21 @@ def setup_tracing(config: TracingConfig) -> None:
 
 def tracer() -> trace.Tracer:
     return trace.get_tracer(TRACER)
+
+
+class Stopwatch:
+    """Seconds per named stage, in the order they ran; each stage is also an OpenTelemetry
+    span under ``parent`` (a no-op unless tracing is configured, serve/tracing.py)."""
+
+    def __init__(self, parent: trace.Span | None = None) -> None:
+        self.timings: dict[str, float] = {}
+        self.context = trace.set_span_in_context(parent) if parent is not None else None
+        self._last = time.perf_counter()
+        self._last_ns = time.time_ns()
+
+    def lap(self, stage: str) -> None:
+        now, now_ns = time.perf_counter(), time.time_ns()
+        self.timings[stage] = self.timings.get(stage, 0.0) + now - self._last
+        span = tracer().start_span(f"grounded.{stage}", self.context, start_time=self._last_ns)
+        span.end(end_time=now_ns)
+        self._last, self._last_ns = now, now_ns

@@ -10,10 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from index.types import SearchHit
@@ -46,7 +45,7 @@ from serve.query.quotes import (
     answer_schema,
     quote_reservation,
 )
-from serve.query.relevance import relevance
+from serve.query.relevance import scored
 from serve.query.rerank import (
     GeneratorReranker,
     RerankConfig,
@@ -56,7 +55,7 @@ from serve.query.rerank import (
     rerank,
 )
 from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
-from serve.tracing import tracer
+from serve.tracing import Stopwatch, tracer
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
 DEFAULT_MAX_TOKENS = 512
@@ -153,24 +152,6 @@ class PreparedPrompt:
     also: bool = False  # a quoted answer may quote a second sentence (serve/query/compound.py)
 
 
-class Stopwatch:
-    """Seconds per named stage, in the order they ran; each stage is also an OpenTelemetry
-    span under ``parent`` (a no-op unless tracing is configured, serve/tracing.py)."""
-
-    def __init__(self, parent: trace.Span | None = None) -> None:
-        self.timings: dict[str, float] = {}
-        self.context = trace.set_span_in_context(parent) if parent is not None else None
-        self._last = time.perf_counter()
-        self._last_ns = time.time_ns()
-
-    def lap(self, stage: str) -> None:
-        now, now_ns = time.perf_counter(), time.time_ns()
-        self.timings[stage] = self.timings.get(stage, 0.0) + now - self._last
-        span = tracer().start_span(f"grounded.{stage}", self.context, start_time=self._last_ns)
-        span.end(end_time=now_ns)
-        self._last, self._last_ns = now, now_ns
-
-
 @dataclass(frozen=True, slots=True)
 class QueryOptions:
     """Per-request overrides of the configured retrieval (the API's extension parameters)."""
@@ -218,6 +199,8 @@ class QueryPipeline:
         admits the generator reranker's work, when it runs."""
         config, watch = self.config, watch or Stopwatch()
         top_k = options.top_k or config.top_k
+        # What the client sees, in [0, 1]; the generator judge's score is a probability already.
+        floor, probability = options.score_threshold, config.rerank.backend == "generator"
         params = SearchParams(
             mode=config.mode,
             fusion=config.fusion,
@@ -239,7 +222,7 @@ class QueryPipeline:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
         if not judged or not hits:
-            return self._scored(hits, options)[:top_k]
+            return scored(hits, floor, probability)[:top_k]
         reranker = self.reranker
         if admit is not None and isinstance(reranker, GeneratorReranker):
             reranker = AdmittedReranker(reranker, admit)
@@ -254,14 +237,7 @@ class QueryPipeline:
         watch.lap("rerank")
         if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
             reranked = [h for h in reranked if h.rerank_score >= threshold]
-        return self._scored(reranked, options)[:top_k]
-
-    def _scored(self, hits: Sequence[SearchHit], options: QueryOptions) -> list[SearchHit]:
-        """The hits with the relevance a client sees, at least ``options.score_threshold``."""
-        probability = self.config.rerank.backend == "generator"
-        scored = [replace(h, relevance=relevance(h, probability)) for h in hits]
-        floor = options.score_threshold
-        return [h for h in scored if floor is None or h.relevance >= floor]
+        return scored(reranked, floor, probability)[:top_k]
 
     async def prepare(
         self,

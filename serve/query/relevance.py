@@ -19,6 +19,8 @@ The raw value stays in Grounded's extension (``grounded.citations[].score`` in c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
 from index.types import SearchHit
 
@@ -43,3 +45,12 @@ def _logistic(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)  # no overflow for a very negative logit
     return z / (1.0 + z)
+
+
+def scored(
+    hits: Sequence[SearchHit], floor: float | None, judge_gives_probability: bool = False
+) -> list[SearchHit]:
+    """``hits`` with their ``relevance`` set, those under ``floor`` (the request's
+    ``score_threshold``) left out."""
+    shown = [replace(h, relevance=relevance(h, judge_gives_probability)) for h in hits]
+    return [h for h in shown if floor is None or h.relevance >= floor]

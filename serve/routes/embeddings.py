@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from serve import api, openapi
+from serve import api, objects, openapi
 from serve.routes import gateway
 
 router = APIRouter()
@@ -21,13 +21,13 @@ async def health() -> dict[str, str]:
 async def models(request: Request) -> dict[str, Any]:
     service = gateway()
     service.key(request, "query")
-    return api.models_list(service.model_name, service.embedding_model)
+    return objects.models_list(service.model_name, service.embedding_model)
 
 
 @router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
 async def embeddings(request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
     service = gateway()
     key = service.key(request, "query")
-    api.check_embedding_model(body.model, service.embedding_model)
+    objects.check_embedding_model(body.model, service.embedding_model)
     vectors, tokens = await service.embed(key, body.texts())
-    return api.embeddings(vectors, body.encoding_format, tokens, body.model)
+    return objects.embeddings(vectors, body.encoding_format, tokens, body.model)

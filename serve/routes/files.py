@@ -12,7 +12,7 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
 
 from index.errors import DocumentNotFoundError, InvalidRequestError
-from serve import api, openapi
+from serve import objects, openapi
 from serve.routes import gateway
 
 router = APIRouter()
@@ -55,8 +55,8 @@ async def upload(
     wait_s = service.config.serve.upload_wait_s
     result, record = await service.shards_for(key.tenant).upload.remote(name, data, wait_s)
     if result is not None and result.status == "refused":
-        raise api.refusal(result)
-    return api.file_object(record)  # processed, or still being ingested ("uploaded")
+        raise objects.refusal(result)
+    return objects.file_object(record)  # processed, or still being ingested ("uploaded")
 
 
 @router.get("/v1/files", response_model=None, responses=openapi.FILES)
@@ -72,16 +72,16 @@ async def files(
     service = gateway()
     key = service.key(request, "query")
     documents, uploads = await service.shards_for(key.tenant).files.remote()
-    listed = [api.file_object(r) for r in [*documents, *uploads]]
+    listed = [objects.file_object(r) for r in [*documents, *uploads]]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
-    return api.cursor_page(listed, limit=limit, order=order, after=after, max_limit=FILES_LIMIT)
+    return objects.cursor_page(listed, limit=limit, order=order, after=after, max_limit=FILES_LIMIT)
 
 
 @router.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
 async def file(request: Request, file_id: str) -> dict[str, Any]:
     _, record = await _file(request, "query", file_id)
-    return api.file_object(record)
+    return objects.file_object(record)
 
 
 @router.get("/v1/files/{file_id}/content", response_model=None, responses=openapi.CONTENT)

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from serve import api, openapi
+from serve import api, objects, openapi
 from serve.query.pipeline import Answer, QueryOptions
 from serve.query.prompt import Turn
 from serve.responses import (
@@ -117,4 +117,4 @@ async def input_items(
     service = gateway()
     key = service.key(request, "query")
     items = await asyncio.to_thread(service.responses.input_items, key.tenant, response_id)
-    return api.cursor_page(items, limit=limit, order=order, after=after)
+    return objects.cursor_page(items, limit=limit, order=order, after=after)

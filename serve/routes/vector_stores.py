@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from index.errors import InvalidRequestError
 from index.store.collection_types import FileSpec
-from serve import api, openapi
+from serve import api, objects, openapi
 from serve.query.pipeline import QueryOptions
 from serve.routes import gateway
 
@@ -334,4 +334,4 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
         attributes = await service.shards_for(key.tenant).attributes.remote(
             [h.doc_id for h in hits]
         )
-    return api.search_page(body.query, hits, attributes, provenance=body.grounded)
+    return objects.search_page(body.query, hits, attributes, provenance=body.grounded)

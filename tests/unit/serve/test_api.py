@@ -20,7 +20,7 @@ from index.errors import (
     UnsupportedFileError,
 )
 from index.types import SearchHit
-from serve import api
+from serve import api, objects
 from serve.generator import GeneratorUnavailableError
 from serve.query.budget import ContextLengthError
 from serve.query.citations import check_citations
@@ -162,7 +162,7 @@ def test_search_page_conforms_to_the_spec_and_adds_provenance_only_when_asked():
     judged = SearchHit("c1", "doc-1", "handbook.md", ("Leave",), 2, 0, 5, "Leave", 0.5,
                        rerank_score=6.8)  # fmt: skip
     dense = SearchHit("c2", "doc-1", "handbook.md", (), None, 5, 9, "Days", 0.42)
-    page = api.search_page("leave", [judged, dense], {"doc-1": {"site": "lyon"}})
+    page = objects.search_page("leave", [judged, dense], {"doc-1": {"site": "lyon"}})
     spec_conforms(SEARCH, page)
     assert page["search_query"] == ["leave"]
     for item in page["data"]:
@@ -170,7 +170,7 @@ def test_search_page_conforms_to_the_spec_and_adds_provenance_only_when_asked():
     # The judge's logit through the logistic function; a cosine as it is.
     logistic = 1 / (1 + math.exp(-6.8))
     assert [item["score"] for item in page["data"]] == [pytest.approx(logistic), 0.42]
-    asked = api.search_page("leave", [judged], {}, provenance=True)
+    asked = objects.search_page("leave", [judged], {}, provenance=True)
     assert asked["data"][0]["grounded"] == {
         "chunk_id": "c1", "start": 0, "end": 5, "page": 2, "heading_path": ["Leave"],
         "raw_score": 6.8}  # fmt: skip
@@ -180,9 +180,9 @@ def test_search_page_conforms_to_the_spec_and_adds_provenance_only_when_asked():
 
 def test_embeddings_in_both_encodings():
     vectors = np.array([[0.5, -1.0], [0.25, 2.0]], dtype=np.float32)
-    plain = api.embeddings(vectors, "float", 7, "grounded")
+    plain = objects.embeddings(vectors, "float", 7, "grounded")
     assert plain["data"][1]["embedding"] == [0.25, 2.0] and plain["usage"]["total_tokens"] == 7
-    packed = api.embeddings(vectors, "base64", 7, "grounded")["data"][0]["embedding"]
+    packed = objects.embeddings(vectors, "base64", 7, "grounded")["data"][0]["embedding"]
     assert np.frombuffer(base64.b64decode(packed), dtype="<f4").tolist() == [0.5, -1.0]
     with pytest.raises(InvalidRequestError, match="non-empty strings"):
         api.parse(api.EmbeddingRequest, {"input": ["ok", " "]}).texts()
