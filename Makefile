@@ -27,10 +27,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import transformers, faiss, sentence_transformers, vllm"
 	touch $(STAMP)
 
-# System tools the tests use: a real Prometheus server (Debian package) for the metrics test.
-$(TOOLS): $(STAMP)
-	command -v prometheus >/dev/null || { $(SUDO) apt-get update && \
-		$(SUDO) apt-get install -y --no-install-recommends prometheus; }
+# System tools from Debian's packages: Tesseract and its English and French packs (OCR of scans
+# and images), the DejaVu fonts (the tests render scans with them), and a real Prometheus
+# server for the metrics test.
+DEBS := tesseract-ocr tesseract-ocr-eng tesseract-ocr-fra fonts-dejavu-core prometheus
+
+$(TOOLS): $(STAMP) Makefile
+	dpkg -s $(DEBS) >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+		$(SUDO) apt-get install -y --no-install-recommends $(DEBS); }
 	touch $(TOOLS)
 
 # The JavaScript clients the tests drive (the Vercel AI SDK), pinned by package-lock.json;

@@ -27,6 +27,32 @@ class LoaderLimits(_Strict):
         gt=0,
         description="Most bytes a Word, PowerPoint or Excel file may expand to (zip bombs).",
     )
+    max_ocr_pages: int = Field(
+        200, gt=0, description="Most scanned pages (or image frames) read by OCR per file."
+    )
+    max_image_pixels: int = Field(
+        100_000_000,
+        gt=0,
+        description="Most pixels of one image or rendered page given to OCR (image bombs).",
+    )
+
+
+class OcrConfig(_Strict):
+    """Scanned PDF pages and image files are read by Tesseract (Debian's tesseract-ocr
+    packages, one per language). A PDF page is scanned when its text layer holds fewer than
+    ``min_text_chars`` characters and the page shows an image."""
+
+    enabled: bool = Field(True, description="Off: scanned pages are skipped, images refused.")
+    languages: tuple[str, ...] = Field(
+        ("eng", "fra"),
+        min_length=1,
+        description="Tesseract language packs used together (tesseract-ocr-<lang>).",
+    )
+    dpi: int = Field(300, ge=72, le=600, description="Resolution a scanned PDF page is drawn at.")
+    min_text_chars: int = Field(16, ge=0)
+    page_timeout_s: float = Field(
+        120.0, gt=0, description="A page that takes longer fails its file with a reason."
+    )
 
 
 class ChunkerConfig(_Strict):
@@ -132,6 +158,7 @@ class IndexConfig(_Strict):
         "transaction; large enough for the embedder to sort them by length.",
     )
     limits: LoaderLimits = LoaderLimits()
+    ocr: OcrConfig = OcrConfig()
     chunker: ChunkerConfig = ChunkerConfig()
     embedder: EmbedderConfig = EmbedderConfig()
     embedders: dict[str, EmbedderConfig] = Field(

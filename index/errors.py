@@ -86,6 +86,14 @@ class MalformedDocumentError(DocumentRefusedError):
     """Binary, encrypted, truncated or otherwise unreadable content."""
 
 
+class OcrUnavailableError(DocumentRefusedError):
+    """The file needs OCR and this host cannot run it (Tesseract or a language pack missing,
+    or OCR turned off); the file itself may be fine."""
+
+    status = 503
+    type = "service_unavailable"
+
+
 class AuthenticationError(GroundedError):
     """Missing, malformed, unknown or revoked API key."""
 

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from index.chunking import StructureChunker
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.embedding import DocumentEmbedder
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
 from index.loaders import LOADER_VERSION, SUPPORTED_EXTENSIONS, load_document
@@ -110,6 +110,7 @@ class IngestPipeline:
         limits: LoaderLimits,
         batch_chunks: int = 256,
         judge: InstructionJudge | None = None,
+        ocr: OcrConfig | None = None,
     ) -> None:
         """``judge``: the instruction screen's judged layer (index/screening.py); None: the
         keyword rules alone."""
@@ -119,6 +120,7 @@ class IngestPipeline:
         self.limits = limits
         self.batch_chunks = batch_chunks
         self.judge = judge
+        self.ocr = ocr or OcrConfig()
 
     def ingest(self, files: Iterable[SourceFile]) -> Iterator[IngestResult]:
         """Yield one result per file, in batches; the vector index is saved at the end."""
@@ -157,9 +159,9 @@ class IngestPipeline:
             )
         version = current.version + 1 if current else 1
         try:
-            document = load_document(data, source.file_name, self.limits)
+            document = load_document(data, source.file_name, self.limits, self.ocr)
             if not document.text:
-                hint = " (a scanned PDF needs OCR first)" if document.page_count else ""
+                hint = " (a scan needs index.ocr.enabled)" if document.page_count else ""
                 raise MalformedDocumentError(
                     source.file_name, f"contains no extractable text{hint}"
                 )

@@ -186,7 +186,7 @@ class IndexService:
     def _pipeline(self, shard: TenantShard, embedder, chunker) -> IngestPipeline:
         return IngestPipeline(shard, embedder, chunker, self.config.limits,
                               batch_chunks=self.config.ingest_batch_chunks,
-                              judge=self.instruction_judge)  # fmt: skip
+                              judge=self.instruction_judge, ocr=self.config.ocr)  # fmt: skip
 
     def close(self) -> None:
         with self._lock:

@@ -31,3 +31,56 @@ def encrypt(data: bytes, password: str = "s3cret") -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def table_pdf(
+    header: list[str], rows: list[list[str]], ruled: bool, before: str = "", after: str = ""
+) -> bytes:
+    """One page: a paragraph, a table (with or without ruling lines), a paragraph."""
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=10)
+    if before:
+        pdf.multi_cell(0, 5, before, new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(4)
+    with pdf.table(borders_layout="ALL" if ruled else "NONE", text_align="LEFT") as table:
+        for values in [header, *rows]:
+            row = table.row()
+            for value in values:
+                row.cell(value)
+    if after:
+        pdf.ln(4)
+        pdf.multi_cell(0, 5, after, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
+FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"  # Debian's fonts-dejavu-core
+
+
+def scan_image(paragraphs: list[str], dpi: int = 200, point_size: int = 11):
+    """A clean scan of an A4 page at ``dpi``: black text on white, no text layer."""
+    import textwrap
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    width, height = int(8.27 * dpi), int(11.69 * dpi)
+    image = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(FONT, int(point_size * dpi / 72))
+    line_height = int(point_size * 1.5 * dpi / 72)
+    y = margin = dpi  # one inch
+    for paragraph in paragraphs:
+        for line in textwrap.wrap(paragraph, width=80):
+            draw.text((margin, y), line, fill=0, font=font)
+            y += line_height
+        y += line_height
+    return image
+
+
+def scanned_pdf(pages: list[list[str]], dpi: int = 200) -> bytes:
+    """A PDF whose pages are only scans (images), as a scanner writes them."""
+    pdf = FPDF()
+    for paragraphs in pages:
+        pdf.add_page()
+        pdf.image(scan_image(paragraphs, dpi), x=0, y=0, w=pdf.w, h=pdf.h)
+    return bytes(pdf.output())

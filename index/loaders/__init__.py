@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.errors import (
     DocumentRefusedError,
     FileTooLargeError,
@@ -14,6 +14,7 @@ from index.errors import (
 )
 from index.loaders.base import DocumentLoader
 from index.loaders.html import HtmlLoader
+from index.loaders.image import ImageLoader
 from index.loaders.mail import MailLoader
 from index.loaders.markdown import MarkdownLoader
 from index.loaders.pdf import PdfLoader
@@ -24,9 +25,10 @@ from index.loaders.word import WordLoader
 from index.types import Document
 
 # Raised whenever a loader reads the same bytes into different text (2: HTML page titles kept,
-# hard-wrapped lines joined). A document stored by an older loader is read again when its file
+# hard-wrapped lines joined; 3: tables as Markdown tables that repeat their header, PDF tables
+# and scanned pages). A document stored by an older loader is read again when its file
 # is ingested again, though its bytes have not changed.
-LOADER_VERSION = "2"
+LOADER_VERSION = "3"
 
 LOADERS: tuple[DocumentLoader, ...] = (
     PdfLoader(),
@@ -38,6 +40,7 @@ LOADERS: tuple[DocumentLoader, ...] = (
     ExcelLoader(),
     CsvLoader(),
     MailLoader(),
+    ImageLoader(),
 )
 SUPPORTED_EXTENSIONS = tuple(ext for loader in LOADERS for ext in loader.extensions)
 
@@ -54,8 +57,11 @@ def loader_for(file_name: str) -> DocumentLoader:
     )
 
 
-def load_document(data: bytes, file_name: str, limits: LoaderLimits) -> Document:
-    """Read ``data`` (the bytes of ``file_name``) into a validated Document, or refuse it."""
+def load_document(
+    data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig | None = None
+) -> Document:
+    """Read ``data`` (the bytes of ``file_name``) into a validated Document, or refuse it;
+    ``ocr``: how scans are read (default: OcrConfig())."""
     loader = loader_for(file_name)
     if len(data) > limits.max_bytes:
         raise FileTooLargeError(
@@ -63,7 +69,7 @@ def load_document(data: bytes, file_name: str, limits: LoaderLimits) -> Document
             f"{len(data):,} bytes is more than limits.max_bytes ({limits.max_bytes:,})",
         )
     try:
-        return loader.load(data, file_name, limits)
+        return loader.load(data, file_name, limits, ocr or OcrConfig())
     except (DocumentRefusedError, MemoryError):
         raise
     except Exception as exc:  # parsers raise many types on hostile input (RecursionError ...)

@@ -6,7 +6,7 @@ import re
 from itertools import pairwise
 from typing import Protocol
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.errors import FileTooLargeError
 from index.text import clean_text, continues_sentence
 from index.types import Block, BlockKind, Document
@@ -15,12 +15,15 @@ BLOCK_SEPARATOR = "\n\n"
 
 
 class DocumentLoader(Protocol):
-    """Reads one file format into a Document; raises a DocumentRefusedError subclass."""
+    """Reads one file format into a Document; raises a DocumentRefusedError subclass.
+    ``ocr``: how scanned pages and images are read, for the loaders that meet them."""
 
     media_type: str
     extensions: tuple[str, ...]
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document: ...
+    def load(
+        self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig
+    ) -> Document: ...
 
 
 class DocumentBuilder:

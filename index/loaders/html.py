@@ -6,8 +6,9 @@ from __future__ import annotations
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from bs4.dammit import EncodingDetector
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.loaders.base import DocumentBuilder
+from index.loaders.tables import add_table, cell
 from index.loaders.text import decode_text
 from index.text import collapse_whitespace
 from index.types import Document
@@ -76,7 +77,7 @@ class HtmlLoader:
     media_type = "text/html"
     extensions = (".html", ".htm", ".xhtml")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         declared = EncodingDetector.find_declared_encoding(data, is_html=True)
         soup = BeautifulSoup(decode_text(data, file_name, declared), "html.parser")
         for tag in soup.find_all(_is_hidden):
@@ -175,7 +176,7 @@ class _Walker:
     def _table(self, node: Tag) -> None:
         rows = []
         for tr in node.find_all("tr"):
-            cells = [collapse_whitespace(c.get_text(" ")) for c in tr.find_all(("td", "th"))]
+            cells = [cell(c.get_text(" ")) for c in tr.find_all(("td", "th"))]
             if any(cells):
-                rows.append(" | ".join(cells))
-        self.builder.add("\n".join(rows), "table", self.path())
+                rows.append(cells)
+        add_table(self.builder, rows, self.path())

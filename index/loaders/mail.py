@@ -8,7 +8,7 @@ from __future__ import annotations
 from email import policy
 from email.parser import BytesParser
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.loaders.base import DocumentBuilder, paragraphs
 from index.loaders.html import fragment_text
 from index.types import Document
@@ -20,7 +20,7 @@ class MailLoader:
     media_type = "message/rfc822"
     extensions = (".eml",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         message = BytesParser(policy=policy.default).parsebytes(data)
         builder = DocumentBuilder(file_name, self.media_type, limits)
         subject = str(message.get("subject") or "").strip() or "(no subject)"

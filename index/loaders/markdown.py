@@ -5,9 +5,10 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.loaders.base import DocumentBuilder
 from index.loaders.html import fragment_text
+from index.loaders.tables import add_table, cell
 from index.loaders.text import decode_text
 from index.text import collapse_whitespace
 from index.types import BlockKind, Document
@@ -43,7 +44,7 @@ class MarkdownLoader:
     def __init__(self) -> None:
         self._parser = MarkdownIt("commonmark").enable("table")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         builder = DocumentBuilder(file_name, self.media_type, limits)
         tokens = self._parser.parse(decode_text(data, file_name))
         headings: list[tuple[int, str]] = []
@@ -51,6 +52,7 @@ class MarkdownLoader:
         container: BlockKind | None = None
         lines: list[str] = []
         row: list[str] | None = None
+        rows: list[list[str]] = []  # of the table being read
         prefix = ""
 
         def path() -> tuple[str, ...]:
@@ -73,6 +75,9 @@ class MarkdownLoader:
                 builder.add(collapse_whitespace(fragment_text(token.content)), "paragraph", path())
             elif token.level == 0 and token.type in _CONTAINERS:
                 container, lines = _CONTAINERS[token.type], []
+            elif token.level == 0 and token.nesting == -1 and container == "table":
+                add_table(builder, rows, path())
+                container, rows = None, []
             elif token.level == 0 and token.nesting == -1 and container is not None:
                 builder.add("\n".join(lines), container, path())
                 container = None
@@ -82,12 +87,12 @@ class MarkdownLoader:
             elif token.type == "tr_open":
                 row = []
             elif token.type == "tr_close" and row is not None:
-                lines.append(" | ".join(row))
+                rows.append(row)
                 row = None
             elif token.type == "inline":
                 text = _inline_text(token)
                 if row is not None:
-                    row.append(collapse_whitespace(text))
+                    row.append(cell(text))
                 else:
                     lines.append(prefix + text)
                     prefix = ""

@@ -9,7 +9,7 @@ import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.errors import FileTooLargeError
 from index.loaders.base import DocumentBuilder
 from index.loaders.ooxml import open_package
@@ -71,7 +71,7 @@ class ExcelLoader:
     media_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
     extensions = (".xlsx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         from openpyxl import load_workbook
 
         package = open_package(data, file_name, limits, "Excel")
@@ -96,7 +96,7 @@ class CsvLoader:
     media_type = "text/csv"
     extensions = (".csv", ".tsv")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         text = decode_text(data, file_name)
         sample = text[:8192]
         try:

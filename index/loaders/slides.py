@@ -4,11 +4,11 @@ Markdown tables) and, marked as such, the speaker notes."""
 
 from __future__ import annotations
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.errors import FileTooLargeError
 from index.loaders.base import DocumentBuilder
 from index.loaders.ooxml import open_package
-from index.loaders.tables import cell, table_blocks
+from index.loaders.tables import add_table, cell
 from index.types import Document
 
 NOTES = "Speaker notes"
@@ -18,7 +18,7 @@ class SlidesLoader:
     media_type = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
     extensions = (".pptx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         from pptx import Presentation
 
         deck = Presentation(open_package(data, file_name, limits, "PowerPoint"))
@@ -38,9 +38,7 @@ class SlidesLoader:
                     continue
                 if shape.has_table:
                     rows = [[cell(c.text) for c in row.cells] for row in shape.table.rows]
-                    numbered = list(enumerate(rows[1:], start=2))
-                    for _, _, table in table_blocks(rows[0], numbered) if rows else ():
-                        builder.add(table, "table", path, page=number)
+                    add_table(builder, rows, path, page=number)
                 elif shape.has_text_frame:
                     lines = [p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip()]
                     if lines:

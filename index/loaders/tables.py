@@ -54,6 +54,18 @@ def table_blocks(
     return _blocks(((n, row_line(values)) for n, values in rows), head, max_chars)
 
 
+def add_table(builder, rows: Sequence[Sequence[str]], path: tuple[str, ...] = (),
+              page: int | None = None) -> None:  # fmt: skip
+    """Add a table read as rows of cells (the first row its header) as table blocks; rows are
+    padded to the widest, so that every value stays under its column."""
+    if not rows:
+        return
+    width = max(len(row) for row in rows)
+    header, *body = [[*row, *[""] * (width - len(row))] for row in rows]
+    for _, _, table in table_blocks(header, enumerate(body, start=1)):
+        builder.add(table, "table", path, page=page)
+
+
 def record_blocks(
     header: Sequence[str], rows: Iterable[tuple[int, Sequence[str]]], max_chars: int = BLOCK_CHARS
 ) -> Iterator[tuple[int, int, str]]:

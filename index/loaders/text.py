@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from charset_normalizer import from_bytes
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.errors import MalformedDocumentError
 from index.loaders.base import DocumentBuilder, paragraphs
 from index.types import Document
@@ -43,7 +43,7 @@ class TextLoader:
     media_type = "text/plain"
     extensions = (".txt", ".text")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         builder = DocumentBuilder(file_name, self.media_type, limits)
         for paragraph in paragraphs(decode_text(data, file_name)):
             builder.add(paragraph, "paragraph")

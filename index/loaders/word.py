@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from index.config import LoaderLimits
+from index.config import LoaderLimits, OcrConfig
 from index.loaders.base import DocumentBuilder
 from index.loaders.ooxml import open_package
-from index.loaders.tables import cell, table_blocks
+from index.loaders.tables import add_table, cell
 from index.types import Document
 
 _HEADING = re.compile(r"^(?:heading|titre)\s*(\d)$", re.IGNORECASE)
@@ -27,7 +27,7 @@ class WordLoader:
     media_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     extensions = (".docx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
         import docx
         from docx.table import Table
         from docx.text.paragraph import Paragraph
@@ -48,11 +48,9 @@ class WordLoader:
         for block in document.iter_inner_content():
             if isinstance(block, Table):
                 flush_list()
-                rows = [[cell(c.text) for c in row.cells] for row in block.rows]
-                if rows:
-                    numbered = list(enumerate(rows[1:], start=2))
-                    for _, _, table in table_blocks(rows[0], numbered):
-                        builder.add(table, "table", path())
+                add_table(
+                    builder, [[cell(c.text) for c in row.cells] for row in block.rows], path()
+                )
                 continue
             assert isinstance(block, Paragraph)
             text = block.text.strip()

@@ -57,7 +57,8 @@ def test_a_file_read_by_an_older_loader_is_read_again_though_its_bytes_are_uncha
     [
         ("locked.pdf", encrypt(make_pdf([[("H", "text")]])), "encrypted"),
         ("cut.pdf", make_pdf([[("H", "text")]])[:200], "damaged"),
-        ("image.png", b"\x89PNG\r\n", "unsupported file type"),
+        ("image.gif", b"GIF89a", "unsupported file type"),
+        ("cut.png", b"\x89PNG\r\n", "not a PNG, JPEG or TIFF image"),
         ("long.txt", b"word. " * 5000, "limits.max_chunks"),
     ],
 )
@@ -86,13 +87,13 @@ def test_discover_expands_folders_and_reports_missing_paths(tmp_path):
     (tmp_path / "docs" / "sub").mkdir(parents=True)
     (tmp_path / "docs" / "a.md").write_text("# A")
     (tmp_path / "docs" / "sub" / "b.txt").write_text("B")
-    (tmp_path / "docs" / "image.png").write_bytes(b"\x89PNG")
+    (tmp_path / "docs" / "image.gif").write_bytes(b"GIF89a")
     (tmp_path / "docs" / ".hidden.txt").write_text("secret")
-    (tmp_path / "explicit.png").write_bytes(b"\x89PNG")
+    (tmp_path / "explicit.gif").write_bytes(b"GIF89a")
     files, missing = discover(
-        [tmp_path / "docs", tmp_path / "docs" / "a.md", tmp_path / "explicit.png", tmp_path / "no"]
+        [tmp_path / "docs", tmp_path / "docs" / "a.md", tmp_path / "explicit.gif", tmp_path / "no"]
     )
-    assert sorted(f.file_name for f in files) == ["a.md", "b.txt", "explicit.png"]
+    assert sorted(f.file_name for f in files) == ["a.md", "b.txt", "explicit.gif"]
     assert [(m.file_name, m.status, m.reason) for m in missing] == [
         ("no", "refused", "no such file")
     ]

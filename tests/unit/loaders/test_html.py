@@ -45,12 +45,12 @@ def test_main_text_and_heading_paths():
     assert by_text["First bold paragraph."].heading_path == ("Pump handbook - ACME", "Manual")
     assert by_text["Loose text in a div"].kind == "paragraph"
     assert by_text["Inner paragraph"].heading_path == ("Pump handbook - ACME", "Manual")
-    assert by_text["Code | Meaning\nE-1 | Hot"].heading_path == (
+    assert by_text["| Code | Meaning |\n| --- | --- |\n| E-1 | Hot |"].heading_path == (
         "Pump handbook - ACME",
         "Manual",
         "Errors",
     )
-    assert by_text["Code | Meaning\nE-1 | Hot"].kind == "table"
+    assert by_text["| Code | Meaning |\n| --- | --- |\n| E-1 | Hot |"].kind == "table"
     assert by_text["- one\n- two\n  - nested"].kind == "list"
     assert by_text["  x = 1\n  y = 2"].kind == "code"
 

@@ -46,7 +46,7 @@ def test_headings_give_each_block_its_path():
     assert paths["Intro bold and a link."] == ("Guide",)
     assert paths["- first step\n- second step"] == ("Guide", "Install")
     assert paths["Last paragraph."] == ("Other",)
-    assert paths["a | b\n1 | 2"] == ("Guide", "Install", "Deep")
+    assert paths["| a | b |\n| --- | --- |\n| 1 | 2 |"] == ("Guide", "Install", "Deep")
 
 
 def test_code_blocks_are_kept_whole_as_code():
