@@ -22,6 +22,11 @@ QUESTIONS = {
         "Who won the 1998 football world cup?",
     ],
     "globex": ["Quel est le numéro du contrat de maintenance et sa durée ?"],
+    "initech": [  # a spreadsheet, a slide deck and a scanned page (samples/make_office.py)
+        "How many large cardboard boxes are in stock in Rotterdam?",
+        "When does the Lyon depot open?",
+        "How many pallets of cardboard boxes came with delivery note DN-20931?",
+    ],
 }
 
 

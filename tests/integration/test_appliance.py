@@ -17,9 +17,11 @@ from pathlib import Path
 import openai
 import pytest
 
+from index.loaders.ocr import OCR_MARK
 from serve.keys import KeyStore
 from tests.appliances import free_port, tiny_appliance_config
 from tests.conftest import CORPUS
+from tests.documents import format_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MINUTE_BUDGET, DAY_BUDGET = 2000, 3000
@@ -48,6 +50,7 @@ def appliance(tmp_path_factory):
         "acme-metered": keys.create("acme", ["query"], name="metered")[1],
         "initech": keys.create("initech", ["query", "ingest"])[1],
         "hooli": keys.create("hooli", ["query", "ingest"])[1],
+        "umbrella": keys.create("umbrella", ["query", "ingest"])[1],
     }
     from serve import up
 
@@ -178,6 +181,51 @@ def test_tenants_never_see_each_other(appliance, uploaded):
     assert {s["file_id"] for s in answer.model_extra["grounded"]["sources"]} <= globex_ids
     with pytest.raises(openai.NotFoundError):
         globex.vector_stores.search("acme", query="annual leave")
+
+
+# A query per generated file (tests/documents.py), and where its passage is: (page, section).
+FORMAT_QUERIES = {
+    "lease.docx": ("Osprey site lease reference", None, ("Osprey site lease",)),
+    "roadmap.pptx": ("Falcon release ships", 2, ("Slide 2: Roadmap",)),
+    "capacity.xlsx": ("capacity of model GX-42", None, ("Capacity", "rows 39-47")),
+    "depots.csv": ("South depot manager", None, ("rows 2-3",)),
+    "visit.eml": ("dock door technician spring", None, ("Dock door visit",)),
+    "delivery-scan.pdf": ("delivery note DN-77120 pallets", 1, (OCR_MARK,)),
+    "prices.pdf": ("price of model TR-7", 1, ()),
+    "whiteboard.png": ("fire drill assembly point", 1, (OCR_MARK,)),
+}
+
+
+def test_every_format_uploaded_through_the_api_is_searched_and_given_to_the_model(appliance):
+    """Each format through POST /v1/files, read and found with its place; a damaged file of a
+    new format is refused with its reason and leaves the tenant's files as they were."""
+    api = client(appliance, "umbrella")
+    files = format_files()
+    assert set(files) == set(FORMAT_QUERIES)
+    ids = {}
+    for name, data in files.items():
+        created = api.files.create(file=(name, data), purpose="assistants")
+        for _ in range(120):
+            if created.status != "uploaded":
+                break
+            time.sleep(0.5)
+            created = api.files.retrieve(created.id)
+        assert created.status == "processed", (name, created)
+        ids[name] = created.id
+    for name, (query, page, section) in FORMAT_QUERIES.items():
+        hits = api.vector_stores.search("umbrella", query=query, extra_body={"grounded": True})
+        top = hits.data[0]
+        assert top.file_id == ids[name], (name, [h.filename for h in hits.data])
+        place = top.model_extra["grounded"]
+        assert place["page"] == page and tuple(place["heading_path"][: len(section)]) == section
+        asked = api.chat.completions.create(
+            model="grounded", messages=[{"role": "user", "content": query}], max_tokens=16
+        )
+        assert ids[name] in {s["file_id"] for s in asked.model_extra["grounded"]["sources"]}
+    damaged = files["lease.docx"][: len(files["lease.docx"]) // 2]
+    with pytest.raises(openai.BadRequestError, match=r"lease-copy\.docx"):
+        api.files.create(file=("lease-copy.docx", damaged), purpose="assistants")
+    assert {f.filename for f in api.files.list().data} == set(files)
 
 
 def test_unknown_key_is_401_and_scope_is_403(appliance):

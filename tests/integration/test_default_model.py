@@ -17,6 +17,7 @@ import asyncio
 
 import pytest
 
+from index.loaders.ocr import OCR_MARK
 from index.pipeline import SourceFile, discover
 from index.service import IndexService
 from serve.config import load_config
@@ -28,6 +29,7 @@ from serve.query.prompt import Source
 from serve.query.quotes import AnswerCheck
 from serve.query.retrieval import LocalSearcher
 from tests.conftest import CORPUS, REPO, with_judge
+from tests.documents import format_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
 
@@ -95,6 +97,9 @@ DEMO_ANSWERS = {
     "Who won the 1998 football world cup?": None,
     "Quel est le numéro du contrat de maintenance et sa durée ?":
         [("44-A/2024",), ("trois ans", "3 ans")],
+    "How many large cardboard boxes are in stock in Rotterdam?": [("1450", "1,450")],
+    "When does the Lyon depot open?": [("March 2027",)],
+    "How many pallets of cardboard boxes came with delivery note DN-20931?": [("14",)],
 }  # fmt: skip
 
 
@@ -132,46 +137,6 @@ def test_every_demo_question_is_answered_right_and_cited(model_folder, tmp_path,
         assert text.endswith("]")  # the citation marker, after a verified quote
 
 
-def office_files() -> dict[str, bytes]:
-    """One fact per format, in files written by the libraries that write them."""
-    import io
-    from email.message import EmailMessage
-
-    import docx
-    from openpyxl import Workbook
-    from pptx import Presentation
-
-    def saved(document) -> bytes:
-        out = io.BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-    word = docx.Document()
-    word.add_heading("Osprey site lease", level=1)
-    word.add_paragraph("The Osprey site lease, reference LX-8812, runs until 2031.")
-    deck = Presentation()
-    for title, text in [("Agenda", "Budget review."),
-                        ("Roadmap", "The Falcon release ships in September 2027.")]:  # fmt: skip
-        slide = deck.slides.add_slide(deck.slide_layouts[1])
-        slide.shapes.title.text = title
-        slide.placeholders[1].text_frame.text = text
-    book = Workbook()
-    book.active.title = "Capacity"
-    book.active.append(["Model", "Capacity (kg)"])
-    for i in range(60):
-        book.active.append([f"GX-{i}", 40 + i])
-    mail = EmailMessage()
-    mail["Subject"], mail["From"] = "Dock door visit", "service@nordlift.example"
-    mail.set_content("The technician comes on Thursday at 9:30 to replace the spring.")
-    return {
-        "lease.docx": saved(word),
-        "roadmap.pptx": saved(deck),
-        "capacity.xlsx": saved(book),
-        "depots.csv": b"Depot,Manager\nNorth,Ines Laurent\nSouth,Karl Berg\n",
-        "visit.eml": bytes(mail),
-    }
-
-
 # question: (the file it is answered from, what the answer says, where the citation points)
 OFFICE_QUESTIONS = {
     "Until which year does the Osprey site lease run?": ("lease.docx", "2031", None),
@@ -179,13 +144,16 @@ OFFICE_QUESTIONS = {
     "What is the capacity of model GX-42?": ("capacity.xlsx", "82", None),
     "Who manages the South depot?": ("depots.csv", "Karl Berg", None),
     "When does the dock door technician come?": ("visit.eml", "Thursday", None),
+    "How many pallets came with delivery note DN-77120?": ("delivery-scan.pdf", "9", 1),
+    "What is the price of model TR-7?": ("prices.pdf", "377", 1),
+    "Where do we meet for the fire drill?": ("whiteboard.png", "assembly point C", 1),
 }
 
 
-def test_office_formats_are_answered_and_cited_with_their_place(model_folder, tmp_path, minilm):
+def test_every_format_is_answered_and_cited_with_its_place(model_folder, tmp_path, minilm):
     config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
     service = IndexService(config.index, tmp_path, embedder=minilm).start()
-    sources = [SourceFile.from_bytes(data, name) for name, data in office_files().items()]
+    sources = [SourceFile.from_bytes(data, name) for name, data in format_files().items()]
     results = list(service.pipeline("office").ingest(sources))
     assert all(r.status == "added" for r in results), results
     generator_config = config.generator.model_copy(update={"model": str(model_folder)})
@@ -206,7 +174,9 @@ def test_office_formats_are_answered_and_cited_with_their_place(model_folder, tm
         [cited] = [c for c in answer.cited if c.source.hit.file_name == file_name]
         assert cited.verified, (question, cited)
         if page is not None:
-            assert cited.source.hit.page == page  # the slide
+            assert cited.source.hit.page == page  # the slide, or the PDF's or image's page
+        if file_name in ("delivery-scan.pdf", "whiteboard.png"):
+            assert cited.source.hit.heading_path[-1] == OCR_MARK
         if file_name == "capacity.xlsx":
             assert cited.source.hit.heading_path[0] == "Capacity"
             assert cited.source.hit.heading_path[1].startswith("rows ")

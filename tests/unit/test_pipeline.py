@@ -6,7 +6,7 @@ from index.config import IndexConfig, LoaderLimits
 from index.pipeline import SourceFile, discover
 from index.service import IndexService
 from index.testing import HashingEmbedder
-from tests.pdfs import encrypt, make_pdf
+from tests.documents import encrypt, make_pdf
 
 pytestmark = pytest.mark.unit
 

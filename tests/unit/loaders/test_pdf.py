@@ -3,7 +3,7 @@ import pytest
 from index.config import LoaderLimits
 from index.errors import FileTooLargeError, MalformedDocumentError
 from index.loaders import load_document
-from tests.pdfs import encrypt, make_pdf
+from tests.documents import encrypt, make_pdf
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from index.errors import (
 )
 from index.loaders import load_document
 from index.loaders.ocr import OCR_MARK
-from tests.pdfs import make_pdf, scan_image, scanned_pdf, table_pdf
+from tests.documents import make_pdf, scan_image, scanned_pdf, table_pdf
 
 pytestmark = pytest.mark.unit
 LIMITS = LoaderLimits()

@@ -1,4 +1,5 @@
-"""Small PDFs built in memory for tests (fpdf2 writes them, pypdf encrypts them)."""
+"""Documents built in memory for tests: PDFs (fpdf2 writes them, pypdf encrypts them), scans
+(Pillow draws them), Office files and e-mail (the libraries that write those formats)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,56 @@ def scanned_pdf(pages: list[list[str]], dpi: int = 200) -> bytes:
         pdf.add_page()
         pdf.image(scan_image(paragraphs, dpi), x=0, y=0, w=pdf.w, h=pdf.h)
     return bytes(pdf.output())
+
+
+def format_files() -> dict[str, bytes]:
+    """One fact per format, in files written by the libraries that write them: Word,
+    PowerPoint, Excel, CSV, e-mail, a scanned PDF, a PDF table without rules and a photo."""
+    import io
+    from email.message import EmailMessage
+
+    import docx
+    from openpyxl import Workbook
+    from pptx import Presentation
+
+    def saved(document) -> bytes:
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    word = docx.Document()
+    word.add_heading("Osprey site lease", level=1)
+    word.add_paragraph("The Osprey site lease, reference LX-8812, runs until 2031.")
+    deck = Presentation()
+    for title, text in [("Agenda", "Budget review."),
+                        ("Roadmap", "The Falcon release ships in September 2027.")]:  # fmt: skip
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text_frame.text = text
+    book = Workbook()
+    book.active.title = "Capacity"
+    book.active.append(["Model", "Capacity (kg)"])
+    for i in range(60):
+        book.active.append([f"GX-{i}", 40 + i])
+    mail = EmailMessage()
+    mail["Subject"], mail["From"] = "Dock door visit", "service@nordlift.example"
+    mail.set_content("The technician comes on Thursday at 9:30 to replace the spring.")
+    photo = io.BytesIO()
+    scan_image(["The fire drill is on 14 May at 11:00; meet at assembly point C."]).save(
+        photo, format="PNG"
+    )
+    png = photo.getvalue()
+    return {
+        "lease.docx": saved(word),
+        "roadmap.pptx": saved(deck),
+        "capacity.xlsx": saved(book),
+        "depots.csv": b"Depot,Manager\nNorth,Ines Laurent\nSouth,Karl Berg\n",
+        "visit.eml": bytes(mail),
+        "delivery-scan.pdf": scanned_pdf([["Delivery note DN-77120: 9 pallets of tape."]]),
+        "prices.pdf": table_pdf(
+            ["Model", "Price (EUR)"],
+            [[f"TR-{i}", str(300 + 11 * i)] for i in range(20)],
+            ruled=False,
+        ),
+        "whiteboard.png": png,
+    }
