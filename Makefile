@@ -79,7 +79,7 @@ bench: $(BENCH_DATA)
 	$(BIN)/python benchmarks/shard_search.py
 
 # A machine with an NVIDIA GPU: the GPU extra in its own environment (the CPU build of vLLM
-# and the CUDA one cannot share one), then the GPU path proved in one run (README "On a GPU").
+# and the CUDA one cannot share one), then the GPU path proved in one run (docs/deployment.md, "On a GPU").
 GPU_VENV := .venv-gpu
 
 $(GPU_VENV)/.installed: pyproject.toml

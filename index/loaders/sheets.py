@@ -1,7 +1,7 @@
 """Spreadsheets: Excel workbooks (openpyxl, read-only, cached values) and CSV files. Each sheet
-is a section; its rows become Markdown tables that repeat the header row in every block, each
-block titled with the sheet and its row range ("Budget", "rows 2-14"), so a citation names
-both and a chunk of rows still says what each value is."""
+is a section; each row is one line that names its columns ("Model: GX-42; Capacity (kg): 82."),
+in blocks of whole rows titled with the sheet and their row range ("Budget", "rows 2-14"), so
+a citation names both and a chunk of rows still says what each value is."""
 
 from __future__ import annotations
 

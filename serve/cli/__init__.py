@@ -1,6 +1,6 @@
 """The ``grounded`` command line: ingest, search, list, delete, reindex and inspect shards.
 
-``--json`` output is stable and documented in the README; errors go to stderr with exit code 1.
+``--json`` output is stable and documented in docs/cli.md; errors go to stderr with exit code 1.
 
 One module per group of commands, each with a Typer of its own, registered below in the order
 ``grounded --help`` lists them; ``common`` holds what they share.
