@@ -109,3 +109,6 @@ class SearchHit:
     # A question that asks two things: the judge's score against the whole question and
     # against its first part (serve/query/compound.py); rerank_score is the higher.
     part_scores: tuple[float, ...] = ()
+    # A table passage: the rows the judge scored best against the question (serve/query/
+    # rows.py), which the prompt shows of its table; empty: every row.
+    rows: tuple[str, ...] = ()

@@ -28,6 +28,19 @@ class BudgetPlan:
     prompt_tokens: int  # system + admitted sources + kept history + question
 
 
+def check_question_fits(question: str, max_tokens: int, generator) -> None:
+    """Refuse, before any retrieval or judging, a question that cannot fit the model's window
+    with its answer (a 200,000-character paste): the same 400 the full plan would give."""
+    window = generator.max_model_len
+    tokens = generator.count(question)
+    if tokens + max_tokens > window:
+        raise ContextLengthError(
+            f"this model's maximum context length is {window} tokens, but the question alone "
+            f"is {tokens} tokens and the answer needs {max_tokens}; shorten the question or "
+            "lower max_tokens"
+        )
+
+
 def plan_budget(
     *,
     window: int,

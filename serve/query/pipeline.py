@@ -24,7 +24,7 @@ from serve.query.admission import (
     Grant,
     Usage,
 )
-from serve.query.budget import ContextLengthError, plan_budget
+from serve.query.budget import ContextLengthError, check_question_fits, plan_budget
 from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
 from serve.query.compound import answered_apart, question_parts, two_part_note
 from serve.query.condense import Condense, condense_query
@@ -252,6 +252,7 @@ class QueryPipeline:
         """The prompt to generate from, or None when no source passes the gate (abstain).
         ``admit`` admits the generator's work before the answer (condensing, reranking)."""
         watch = watch or Stopwatch()
+        check_question_fits(question, max_tokens or DEFAULT_MAX_TOKENS, self.generator)
         salt = cache_salt(tenant)
         query = await condense_query(
             question,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from index.screening import withhold_instructions
 from index.types import SearchHit
+from serve.query.rows import as_named_rows
 
 SYSTEM_RULES = """You are Grounded, an assistant that answers questions from the organisation's \
 own documents.
@@ -51,6 +52,14 @@ class Source:
 class Turn:
     role: str  # "user" or "assistant"
     content: str
+
+
+def source_text(hit: SearchHit, withhold: bool = True) -> str:
+    """A source's text as every prompt shows it (the answer's, the check's) and as its quote
+    is verified against: instruction-like passages withheld (``withhold``), and tables as rows
+    that name their values, only the judge's best where it chose them (serve/query/rows.py)."""
+    text = withhold_instructions(hit.text, hit.flagged) if withhold else hit.text
+    return as_named_rows(text, hit.rows)
 
 
 def cache_salt(tenant: str) -> str:
@@ -98,8 +107,8 @@ class PromptBuilder:
             attributes.append(f'section="{html.escape(" > ".join(hit.heading_path))}"')
         if hit.page is not None:
             attributes.append(f'page="{hit.page}"')
-        text = withhold_instructions(hit.text, hit.flagged) if self.withhold else hit.text
-        return f"<source {' '.join(attributes)}>\n{self.escape(text)}\n</source>"
+        text = self.escape(source_text(hit, self.withhold))
+        return f"<source {' '.join(attributes)}>\n{text}\n</source>"
 
     def system(self, sources: Sequence[Source], not_found: str) -> str:
         blocks = "\n\n".join(self.source_block(source) for source in sources)

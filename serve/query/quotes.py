@@ -36,7 +36,7 @@ from typing import Any
 
 import jiter
 
-from index.screening import WITHHELD, withhold_instructions
+from index.screening import WITHHELD
 from serve.generator import Generator
 from serve.query.amounts import amount_missing, numbers_in
 from serve.query.citations import (
@@ -50,8 +50,9 @@ from serve.query.citations import (
 )
 from serve.query.gate import is_not_found
 from serve.query.language import detect_language
-from serve.query.prompt import PromptBuilder, Source
+from serve.query.prompt import PromptBuilder, Source, source_text
 from serve.query.rerank import yes_no_tokens, yes_probability
+from serve.query.rows import row_views
 
 QUOTED_RULES = """You are Grounded, an assistant that answers questions from the organisation's \
 own documents.
@@ -83,8 +84,7 @@ _CHOICE = re.compile(r"\s(?:or|ou)\s", re.IGNORECASE)
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
     """The sentences of a source the model may quote: those of its text as the prompt shows
     it, without withheld passages (a withheld instruction is never quotable)."""
-    hit = source.hit
-    text = withhold_instructions(hit.text, hit.flagged) if withhold else hit.text
+    text = source_text(source.hit, withhold)
     sentences = (text[a:b] for a, b in sentence_spans(text))
     return sorted({s for s in sentences if WITHHELD not in s})
 
@@ -204,9 +204,10 @@ def _normalise(text: str) -> str:
 
 
 def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
-    """The quote is in the cited chunk's stored text (whitespace and case aside), as is the
-    second quote (``also``) in its chunk, and every number the answer states appears in
-    those chunks."""
+    """The quote is in the cited chunk's text as the prompt shows it (whitespace and case
+    aside), as is the second quote (``also``) in its chunk, and every number the answer states
+    appears in those chunks; in the quote itself where the quote is a table row (the other
+    rows of a table hold the other rows' numbers)."""
     by_number = {source.number: source for source in sources}
     quoted = [(reply.source, reply.quote)]
     if reply.also_source:
@@ -216,10 +217,11 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
         source = by_number.get(number)
         if source is None or not quote.strip():
             return False
-        text = _normalise(source.hit.text)
+        text = _normalise(source_text(source.hit, withhold=False))
         if _normalise(quote) not in text:
             return False
-        evidence.append(text)
+        rows = {_normalise(row) for row in row_views(source.hit.text)}
+        evidence.append(_normalise(quote) if _normalise(quote) in rows else text)
     return numbers_in(reply.answer) <= numbers_in(" ; ".join(evidence))
 
 
@@ -239,9 +241,7 @@ class AnswerCheck:
         """The check's conversation; an answer that quotes two sources (``also``) is checked
         against both texts, one after the other, as one source."""
         escape = PromptBuilder(self.generator.special_tokens).escape
-        hits = [s.hit for s in (source, *more)]
-        texts = [withhold_instructions(h.text, h.flagged) if self.withhold else h.text
-                 for h in hits]  # fmt: skip
+        texts = [source_text(s.hit, self.withhold) for s in (source, *more)]
         user = CHECK_USER.format(source=escape("\n\n".join(texts)), question=escape(question),
                                  answer=escape(answer.strip()))  # fmt: skip
         return [{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}]
@@ -301,7 +301,7 @@ def grounded(reply: QuotedReply, source: Source, question: str, also: Source | N
 def shown_text(source: Source) -> str:
     """What the prompt shows of a source that an answer may take words from: its section
     titles and its text."""
-    return " ".join([*source.hit.heading_path, source.hit.text])
+    return " ".join([*source.hit.heading_path, source_text(source.hit, withhold=False)])
 
 
 class QuotedAnswerReader:

@@ -24,6 +24,7 @@ from index.screening import JUDGE_QUESTION, InstructionJudge
 from index.types import SearchHit
 from serve.generator import Generator
 from serve.query.prompt import PromptBuilder
+from serve.query.rows import best_rows, row_views
 
 log = logging.getLogger(__name__)
 
@@ -105,17 +106,33 @@ async def rerank(
     not outranked by the question's second half."""
     if not hits:
         return []
-    passages = [hit.text for hit in hits]
+    # Every passage, then each table row alone (serve/query/rows.py): a passage scores its
+    # best view, and a table passage keeps its best rows for the prompt.
+    views = [(i, hit.text) for i, hit in enumerate(hits)]
+    views += [(i, row) for i, hit in enumerate(hits) for row in row_views(hit.text)]
+    passages = [text for _, text in views]
     whole = [float(s) for s in await reranker.scores(query, passages, cache_salt)]
     part = [float(s) for s in await reranker.scores(first_part, passages, cache_salt)] if (
         first_part) else []  # fmt: skip
+    view_scores = list(map(max, whole, part)) if part else whole
+    rows: list[list[tuple[str, float]]] = [[] for _ in hits]
+    for (i, row), score in zip(views[len(hits) :], view_scores[len(hits) :], strict=True):
+        rows[i].append((row, score))
+    whole, part = _best_per_hit(views, whole), _best_per_hit(views, part)
     scores = list(map(max, whole, part)) if part else whole
     order = sorted(range(len(hits)), key=lambda i: -scores[i])
     kept = order[:top_n]
-    if not part:
-        return [replace(hits[i], rerank_score=scores[i]) for i in kept]
-    return [replace(hits[i], rerank_score=scores[i], part_scores=(whole[i], part[i]))
+    return [replace(hits[i], rerank_score=scores[i], rows=best_rows(rows[i]),
+                    part_scores=(whole[i], part[i]) if part else ())
             for i in kept]  # fmt: skip
+
+
+def _best_per_hit(views: list[tuple[int, str]], scores: list[float]) -> list[float]:
+    """Each hit's best score over its views (an empty list for no scores)."""
+    best: dict[int, float] = {}
+    for (i, _), score in zip(views, scores, strict=False):
+        best[i] = max(best.get(i, -math.inf), score)
+    return [best[i] for i in sorted(best)]
 
 
 class CrossEncoderReranker:

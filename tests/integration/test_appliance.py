@@ -228,6 +228,15 @@ def test_every_format_uploaded_through_the_api_is_searched_and_given_to_the_mode
     assert {f.filename for f in api.files.list().data} == set(files)
 
 
+def test_a_question_longer_than_the_window_is_400_naming_the_limit(appliance):
+    """A 200,000-character paste is refused before retrieval, not a 500 from deep inside."""
+    with pytest.raises(openai.BadRequestError, match="maximum context length") as refused:
+        client(appliance, "acme").chat.completions.create(
+            model="grounded", messages=[{"role": "user", "content": "leave days? " * 16_667}]
+        )
+    assert "shorten the question" in str(refused.value)
+
+
 def test_unknown_key_is_401_and_scope_is_403(appliance):
     running, _, _ = appliance
     stranger = openai.OpenAI(base_url=running.api_url, api_key="gk-nope", max_retries=0)
