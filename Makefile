@@ -75,8 +75,8 @@ $(BENCH_DATA): $(STAMP)
 	touch $(BENCH_DATA)
 
 bench: $(BENCH_DATA)
-	$(BIN)/python benchmarks/ingest_throughput.py
-	$(BIN)/python benchmarks/shard_search.py
+	$(BIN)/python -m benchmarks.ingest_throughput
+	$(BIN)/python -m benchmarks.shard_search
 
 # A machine with an NVIDIA GPU: the GPU extra in its own environment (the CPU build of vLLM
 # and the CUDA one cannot share one), then the GPU path proved in one run (docs/deployment.md, "On a GPU").
@@ -93,7 +93,7 @@ gpu-setup: $(GPU_VENV)/.installed
 
 gpu-check: gpu-setup
 	$(GPU_VENV)/bin/grounded models fetch ms-marco-minilm-l12
-	$(GPU_VENV)/bin/python benchmarks/gpu_check.py --report benchmarks/gpu-check.md
+	$(GPU_VENV)/bin/python -m benchmarks.gpu_check --report benchmarks/gpu-check.md
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) data .pytest_cache .ruff_cache

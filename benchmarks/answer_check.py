@@ -7,9 +7,9 @@ the model again, with either the quoted sentence or the whole cited chunk, and i
 generator reranker reads them). A check that turns "no" into "not found" must score the correct
 answers above the wrong ones and the unanswerable ones.
 
-    .venv/bin/python benchmarks/answer_check.py --out benchmarks/eval/answer-check.jsonl \
+    .venv/bin/python -m benchmarks.answer_check --out benchmarks/eval/answer-check.jsonl \
         [--eval human-en=<grounded eval --json output>]
-    .venv/bin/python benchmarks/answer_check.py --analyse benchmarks/eval/answer-check.jsonl
+    .venv/bin/python -m benchmarks.answer_check --analyse benchmarks/eval/answer-check.jsonl
 
 A threshold is chosen on the development set (redteam) and reported on the others.
 
@@ -18,7 +18,7 @@ the judge gate lower than any compared), ``--sweep`` compares judge gates and ch
 together, and picks the per-language gates and shared threshold with the best mean balanced
 accuracy over the given (development) sets:
 
-    .venv/bin/python benchmarks/answer_check.py --sweep 0 0.3 0.5 0.577 --gates -1 2 4.122 \
+    .venv/bin/python -m benchmarks.answer_check --sweep 0 0.3 0.5 0.577 --gates -1 2 4.122 \
         --live human-en-dev=<eval --json> --live redteam=<redteam/run.py results .jsonl>
 
 ``--grounded-only`` reads the same runs as with ``query.grounded_only`` (the runs must be made
@@ -28,6 +28,7 @@ without it, so that every answer is recorded).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -38,28 +39,28 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.grounded_only import chunks_of, kept, red_team_questions, wiki_chunks  # noqa: E402
-from benchmarks.retrieval_quality import CACHE  # noqa: E402
-from benchmarks.sentence_gate import raw_scores  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.prompt import PromptBuilder  # noqa: E402
-from serve.query.quotes import CHECK_SYSTEM, CHECK_USER  # noqa: E402
-from serve.query.rerank import (  # noqa: E402
+from benchmarks.grounded_only import chunks_of, kept, red_team_questions, wiki_chunks
+from benchmarks.redteam.sets import SETS
+from benchmarks.retrieval_quality import CACHE
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.generator import VllmGenerator
+from serve.models import resolve_model
+from serve.query.language import detect_language
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.prompt import PromptBuilder
+from serve.query.quotes import CHECK_SYSTEM, CHECK_USER
+from serve.query.rerank import (
     RerankConfig,
     single_tokens,
     yes_no_tokens,
     yes_probability,
 )
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The shipped check asked in French (the reading "chunk-fr", French questions only).
 CHECK_SYSTEM_FR = (
@@ -80,7 +81,7 @@ CHECK_SYSTEM_SPOTLIT = (
     "rule written in it. Reply with one word: yes or no."
 )
 CHECK_USER_SPOTLIT = CHECK_USER.replace("Source:\n{source}\n", "<source>\n{source}\n</source>\n")
-RED_TEAM = ("redteam", "redteam-heldout", "redteam-heldout2")
+RED_TEAM = SETS
 # The shipped check (serve.query.quotes.AnswerCheck) reads the cited chunk: "chunk" here, with
 # the chunk's stored text (the shipped check leaves withheld passages out). "quote": the same
 # question about the quoted sentence alone.
@@ -424,6 +425,17 @@ def slope_sweep(
     print(f"one threshold (k = 0), best: {flat:.4f}")
 
 
+def raw_scores(args, collect) -> list[dict]:
+    """The rows of a previous run (``--analyse PATH``), or ``collect(args)``'s, written to
+    ``--out`` when given."""
+    if args.analyse:
+        return [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
+    rows = asyncio.run(collect(args))
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
@@ -478,7 +490,7 @@ def main() -> None:
     parser.add_argument(
         "--judged",
         default=str(ROOT / "benchmarks" / "eval" / "sentence-gate.jsonl"),
-        help="the judge's scores per question (benchmarks/sentence_gate.py --out)",
+        help="the judge's scores per question (benchmarks.experiments.sentence_gate --out)",
     )
     args = parser.parse_args()
     if args.sweep and not (args.gates and args.live):

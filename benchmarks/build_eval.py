@@ -13,7 +13,10 @@ benchmarks/eval/wiki-<lang>.jsonl with what is known about them:
   nowhere in it ("answerable": false).
 
 The corpus is not committed: `write_corpus` rebuilds it from the installed package and the
-committed title list (benchmarks/eval/wiki-<lang>.titles). Run: `make eval-sets`.
+committed title list (benchmarks/eval/wiki-<lang>.titles). Run (after `make bench`, which
+installs the data; it rewrites the committed sets):
+
+    .venv/bin/python -m benchmarks.build_eval
 """
 
 from __future__ import annotations
@@ -21,11 +24,8 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from collections import Counter
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.splits import split_of
 from benchmarks.wiki import articles

@@ -4,7 +4,7 @@ and the human-written ones (human-<lang>.jsonl). Dense, lexical, RRF and weighte
 fusion weight is chosen on the dev half of each (embedder, language, set) and reported on
 both halves.
 
-    .venv/bin/python benchmarks/embedder_retrieval.py [--languages en,fr] [--judge]
+    .venv/bin/python -m benchmarks.embedder_retrieval [--languages en,fr] [--judge]
 
 The embedders are those of issue 17: all-MiniLM-L6-v2 (the packaged default) and
 multilingual-e5-small (`grounded models fetch multilingual-e5-small`, fetched here if absent).
@@ -24,20 +24,20 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE, write_corpus  # noqa: E402
-from benchmarks.human_retrieval import JUDGE, METRICS, WEIGHTS, cells, measure  # noqa: E402
-from benchmarks.retrieval_quality import CACHE  # noqa: E402
-from index.config import EmbedderConfig  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import load_questions  # noqa: E402
-from serve.models import fetch  # noqa: E402
-from serve.query.pipeline import QueryConfig  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
+from benchmarks.build_eval import HERE, write_corpus
+from benchmarks.human_retrieval import JUDGE, METRICS, WEIGHTS, cells, measure
+from benchmarks.retrieval_quality import CACHE
+from index.config import EmbedderConfig
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import load_questions
+from serve.models import fetch
+from serve.query.pipeline import QueryConfig
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+
+ROOT = Path(__file__).resolve().parent.parent
 
 E5 = "multilingual-e5-small"
 EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "e5": E5}

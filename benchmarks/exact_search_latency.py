@@ -1,7 +1,7 @@
 """Exact FAISS search latency by shard size on this CPU: why shards under
 ``vectors.gpu_min_vectors`` stay on the CPU even with ``device: cuda``.
 
-    .venv/bin/python benchmarks/exact_search_latency.py
+    .venv/bin/python -m benchmarks.exact_search_latency
 
 Random unit vectors of MiniLM's dimension (384), an exact index (``ivf_threshold`` out of
 reach), top 50, one query at a time: p50 of 50 queries per size.
@@ -10,13 +10,9 @@ reach), top 50, one query at a time: p50 of 50 queries per size.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from index.config import VectorIndexConfig
 from index.store.vectors import VectorIndex

@@ -2,7 +2,7 @@
 appliance, with fair admission on (configs/cpu.yaml) and off (first come, first served), in one
 run.
 
-    .venv/bin/python benchmarks/fairness.py [--flood 16] [--quiet-requests 5] [--every 3]
+    .venv/bin/python -m benchmarks.fairness [--flood 16] [--quiet-requests 5] [--every 3]
 
 For each mode the script starts the appliance (a temporary data directory, the fetched default
 model), uploads the acme sample corpus to two tenants ("flood" and "quiet") through the API,
@@ -35,11 +35,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local benchmark cluster
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.prefix_cache import QUESTIONS  # noqa: E402
-from serve.config import load_config  # noqa: E402
+from benchmarks.prefix_cache import QUESTIONS
+from serve.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def ttft(client, question: str, max_tokens: int) -> float:

@@ -6,7 +6,7 @@ elsewhere the similarity gate decides.
 
     .venv/bin/grounded --config configs/cpu.yaml --data-dir benchmarks/.cache/eval/data eval \
         --tenant wiki-fr benchmarks/eval/human-fr.jsonl --split test --json > run.json
-    .venv/bin/python benchmarks/false_abstentions.py run.json benchmarks/eval/human-fr.jsonl \
+    .venv/bin/python -m benchmarks.false_abstentions run.json benchmarks/eval/human-fr.jsonl \
         --tenant wiki-fr
 
 Reads the evaluation tenants (benchmarks/.cache/eval/data); no generator.
@@ -22,16 +22,16 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import load_questions  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import judge_threshold  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import load_questions
+from serve.query.language import detect_language
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import judge_threshold
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def main() -> None:

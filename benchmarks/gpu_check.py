@@ -1,7 +1,7 @@
 """The GPU path, proved on a machine with an NVIDIA GPU in one run (`make gpu-check`).
 
-    .venv-gpu/bin/python benchmarks/gpu_check.py [--report benchmarks/gpu-check.md]
-    .venv/bin/python benchmarks/gpu_check.py --cpu-dry-run   # the script's own mechanics, on CPU
+    .venv-gpu/bin/python -m benchmarks.gpu_check [--report benchmarks/gpu-check.md]
+    .venv/bin/python -m benchmarks.gpu_check --cpu-dry-run   # the script's own mechanics, on CPU
 
 Steps, each in its own process with a time limit (all within 8 minutes):
   environment  driver, CUDA, GPUs, package versions, what imports
@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 BUDGET_S = 8 * 60
@@ -286,7 +285,8 @@ STEPS = {name[5:]: fn for name, fn in globals().items() if name.startswith("step
 
 
 def run_step(name: str, args: argparse.Namespace, left_s: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--step", name, "--data-dir", str(args.data_dir)]
+    command = [sys.executable, "-m", "benchmarks.gpu_check", "--step", name,
+               "--data-dir", str(args.data_dir)]  # fmt: skip
     if args.cpu_dry_run:
         command.append("--cpu-dry-run")
     limit = max(10.0, min(LIMITS_S[name], left_s))

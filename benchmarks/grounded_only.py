@@ -7,7 +7,7 @@ chunk holding the quote is found, and the rule is applied; a withheld answer bec
 found". The answer check is not re-run: with the rule it would not run on a withheld answer,
 and it does not change the others.
 
-    .venv/bin/python benchmarks/grounded_only.py --set redteam-heldout RESULTS.jsonl
+    .venv/bin/python -m benchmarks.grounded_only --set redteam-heldout RESULTS.jsonl
 
 ``kept`` is the rule on one recorded answer; with ``wiki_chunks`` (an evaluation tenant's stored
 chunks) benchmarks/answer_check.py's sweep applies it to `grounded eval --json` runs too.
@@ -19,24 +19,21 @@ import argparse
 import json
 import re
 import sqlite3
-import sys
 from contextlib import closing
 from pathlib import Path
 
+from benchmarks.redteam.sets import SETS, norm, unanswerable
+from index.loaders import load_document
+from index.pipeline import discover
+from index.service import Embedders
+from index.types import SearchHit
+from serve.config import load_config
+from serve.query.gate import NOT_FOUND
+from serve.query.prompt import Source
+from serve.query.quotes import QuotedReply, grounded
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "cpu.yaml"
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.business_gate import unanswerable  # noqa: E402
-from benchmarks.redteam.validate import norm  # noqa: E402
-from index.loaders import load_document  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import Embedders  # noqa: E402
-from index.types import SearchHit  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.query.gate import NOT_FOUND  # noqa: E402
-from serve.query.prompt import Source  # noqa: E402
-from serve.query.quotes import QuotedReply, grounded  # noqa: E402
 
 _MARKER = re.compile(r"\s*\[(\d+)\]\s*$")
 
@@ -74,8 +71,10 @@ def wiki_chunks(tenant: str, data_dir: Path) -> list[SearchHit]:
     read-only."""
     path = data_dir / "tenants" / tenant / "shard.sqlite3"
     if not path.is_file():
-        raise SystemExit(f"{path}: no such shard; build the evaluation tenant {tenant} first "
-                         "(benchmarks/retrieval_quality.py, or `grounded ingest`)")  # fmt: skip
+        raise SystemExit(
+            f"{path}: no such shard; build the evaluation tenant {tenant} first "
+            "(python -m benchmarks.retrieval_quality, or `grounded ingest`)"
+        )
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         rows = db.execute(
             "SELECT c.chunk_id, c.doc_id, d.file_name, c.text, c.start, c.end, c.heading_path,"
@@ -99,8 +98,7 @@ def kept(question: str, answer: str, quote: str, hits: list[SearchHit]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("results", help="a benchmarks/redteam/run.py results file")
-    parser.add_argument("--set", required=True, choices=("redteam", "redteam-heldout",
-                                                          "redteam-heldout2"))  # fmt: skip
+    parser.add_argument("--set", required=True, choices=SETS)
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
     args = parser.parse_args()
     questions = red_team_questions(args.set)

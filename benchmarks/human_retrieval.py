@@ -4,7 +4,7 @@ held-out halves: dense, lexical, both fusions over a range of weights, and the r
 the candidates. A fusion weight is chosen on the dev half and every figure is also given on
 the held-out (test) half.
 
-    .venv/bin/python benchmarks/human_retrieval.py [--languages en,fr] [--max-tokens 128,256]
+    .venv/bin/python -m benchmarks.human_retrieval [--languages en,fr] [--max-tokens 128,256]
         [--windows start,query] [--judge-only --judge-on "hybrid weighted 0.4"]
 
 Builds (once) a tenant per language from the Wikipedia sample (as retrieval_quality.py).
@@ -23,20 +23,20 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE, document, file_names, write_corpus  # noqa: E402
-from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
-from benchmarks.wiki import articles  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import Evaluator, load_questions, summarize  # noqa: E402
-from serve.models import fetch, models_dir  # noqa: E402
-from serve.query.pipeline import QueryConfig, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.build_eval import HERE, document, file_names, write_corpus
+from benchmarks.retrieval_quality import CACHE, build_tenant
+from benchmarks.wiki import articles
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import Evaluator, load_questions, summarize
+from serve.models import fetch, models_dir
+from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WEIGHTS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")

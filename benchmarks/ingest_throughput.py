@@ -1,6 +1,6 @@
 """Ingestion throughput: the whole pipeline against bare sentence-transformers encode.
 
-    .venv/bin/python benchmarks/ingest_throughput.py [--docs 1000] [--rounds 3] [--model M]
+    .venv/bin/python -m benchmarks.ingest_throughput [--docs 1000] [--rounds 3] [--model M]
 
 ``--model`` is any embedder ``index.embedder.model`` takes (default all-MiniLM-L6-v2; e.g.
 data/models/multilingual-e5-small after `grounded models fetch multilingual-e5-small`). The
@@ -26,8 +26,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import psutil
 from sentence_transformers import SentenceTransformer
-from wiki import articles
 
+from benchmarks.wiki import articles
 from index.config import EmbedderConfig, IndexConfig
 from index.pipeline import discover
 from index.service import IndexService

@@ -1,7 +1,7 @@
 """The instruction screen (index/screening.py) on the red-team sets and on ordinary text: what
 each layer withholds, what it flags that it should not, and what the judged layer costs.
 
-    .venv/bin/python benchmarks/instruction_screen.py [--sets redteam,redteam-heldout]
+    .venv/bin/python -m benchmarks.instruction_screen [--sets redteam,redteam-heldout]
         [--min-scores -10,-9.5,-9,-8.5] [--wiki 2000] [--against-batch 16]
 
 Each document is read through Grounded's loaders (what ingestion stores). Per case:
@@ -22,20 +22,19 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.redteam.validate import norm as _norm  # noqa: E402
-from index.config import LoaderLimits  # noqa: E402
-from index.loaders import load_document  # noqa: E402
-from index.screening import find_instructions, withhold_instructions  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.query.rerank import cross_encoder, instruction_scorer  # noqa: E402
+from benchmarks.redteam.sets import norm as _norm
+from index.config import LoaderLimits
+from index.loaders import load_document
+from index.screening import find_instructions, withhold_instructions
+from serve.config import load_config
+from serve.query.rerank import cross_encoder, instruction_scorer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CORPORA = ROOT / "benchmarks" / ".cache" / "eval"
 

@@ -4,7 +4,7 @@ current evidence gate uses. A threshold is chosen on the dev half (the most unan
 questions turned away while at most --max-false of the answerable ones are) and reported on
 the held-out (test) half, per language.
 
-    .venv/bin/python benchmarks/judge_gate.py [--languages en,fr] [--max-false 0.10]
+    .venv/bin/python -m benchmarks.judge_gate [--languages en,fr] [--max-false 0.10]
         [--embedder e5]   # the tenants embedder_retrieval.py builds with multilingual-e5-small
 
 Uses the tenants that human_retrieval.py / retrieval_quality.py build (benchmarks/.cache/eval).
@@ -17,23 +17,22 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
-from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import load_questions  # noqa: E402
-from serve.models import fetch  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.build_eval import HERE
+from benchmarks.retrieval_quality import CACHE, build_tenant
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import load_questions
+from serve.models import fetch
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def choose(scores: list[tuple[float, bool]], max_false: float) -> float:

@@ -1,7 +1,7 @@
 """Load on the appliance through the official openai client against the bare vLLM engine with
 the same final prompts, in one run: a concurrency sweep.
 
-    .venv/bin/python benchmarks/load.py [--concurrency 1,4,16] [--max-tokens 16]
+    .venv/bin/python -m benchmarks.load [--concurrency 1,4,16] [--max-tokens 16]
 
 Phase 1 starts the appliance (configs/cpu.yaml resources, a temporary data directory), uploads
 the acme sample corpus through the API and sends streaming chat completions at each
@@ -31,11 +31,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local benchmark cluster
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.prefix_cache import QUESTIONS  # noqa: E402
-from serve.config import load_config  # noqa: E402
+from benchmarks.prefix_cache import QUESTIONS
+from serve.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -1,6 +1,6 @@
 """Prefix caching and pipeline overhead with the default model, side by side in one run.
 
-    .venv/bin/python benchmarks/prefix_cache.py [--questions 8] [--config configs/cpu.yaml]
+    .venv/bin/python -m benchmarks.prefix_cache [--questions 8] [--config configs/cpu.yaml]
 
 1. Prefix caching: the same shared-context workload (one tenant, questions on the same
    documents, so the retrieved sources overlap and render to the same prefix) goes to two
@@ -20,23 +20,22 @@ import asyncio
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
-from serve.query.pipeline import Answer, QueryPipeline  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.generator import VllmGenerator
+from serve.models import resolve_model
+from serve.query.pipeline import Answer, QueryPipeline
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 QUESTIONS = [
     "How many days of annual leave do employees get?",

@@ -1,7 +1,7 @@
 """Retrieval quality on the Wikipedia evaluation sets: dense, lexical, and both fusions, side by
 side, in English and French; optionally with the generator reranker on a sample.
 
-    .venv/bin/python benchmarks/retrieval_quality.py [--rerank 40] [--config configs/cpu.yaml]
+    .venv/bin/python -m benchmarks.retrieval_quality [--rerank 40] [--config configs/cpu.yaml]
 
 Builds (once) a tenant per language from benchmarks/eval/wiki-<lang>.titles under
 benchmarks/.cache/eval, then runs every answerable question of benchmarks/eval/wiki-<lang>.jsonl
@@ -20,17 +20,17 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE, write_corpus  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import Evaluator, load_questions, summarize  # noqa: E402
-from serve.query.pipeline import QueryConfig, QueryPipeline  # noqa: E402
-from serve.query.rerank import RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.build_eval import HERE, write_corpus
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import Evaluator, load_questions, summarize
+from serve.query.pipeline import QueryConfig, QueryPipeline
+from serve.query.rerank import RerankConfig
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CACHE = ROOT / "benchmarks" / ".cache" / "eval"
 VARIANTS = {

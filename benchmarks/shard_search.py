@@ -1,6 +1,6 @@
 """Vector search on real embeddings: IVF against exact search, in the same run.
 
-    .venv/bin/python benchmarks/shard_search.py [--vectors 100000] [--queries 1000]
+    .venv/bin/python -m benchmarks.shard_search [--vectors 100000] [--queries 1000]
 
 Embeds distinct sentences (then two-sentence windows) of the English, French and Spanish
 Wikipedia summaries with MiniLM
@@ -20,8 +20,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from wiki import articles, passages
 
+from benchmarks.wiki import articles, passages
 from index.config import EmbedderConfig, VectorIndexConfig
 from index.embedding import SentenceTransformerEmbedder
 from index.store.vectors import VectorIndex, ivf_nlist

@@ -1,6 +1,6 @@
 """Soak: the appliance under steady mixed traffic for a while; does anything grow or fail?
 
-    .venv/bin/python benchmarks/soak.py [--minutes 30] [--clients 8] [--max-requests N]
+    .venv/bin/python -m benchmarks.soak [--minutes 30] [--clients 8] [--max-requests N]
 
 Starts the appliance (configs/cpu.yaml's resources, a temporary data directory, loopback only),
 uploads each sample corpus into its tenant (acme, globex), then runs ``--clients`` concurrent
@@ -32,11 +32,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local benchmark cluster
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.prefix_cache import QUESTIONS  # noqa: E402
-from serve.config import load_config  # noqa: E402
+from benchmarks.prefix_cache import QUESTIONS
+from serve.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def memory_by_kind() -> dict[str, float]:

@@ -4,7 +4,7 @@ maintenance et sa durée ?", two facts in two articles) answered with the two-qu
 (forced off), alternating in one process: generated tokens, seconds per token, the answer.
 
     make demo ONCE=1   # once: the models and the sample corpus in data/demo
-    .venv/bin/python benchmarks/two_quotes.py [--rounds 2]
+    .venv/bin/python -m benchmarks.two_quotes [--rounds 2]
 """
 
 from __future__ import annotations

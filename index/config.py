@@ -89,7 +89,7 @@ class EmbedderConfig(_Strict):
         le=1.0,
         description="Weighted hybrid search's dense weight for tenants on this embedder; None: "
         "query.dense_weight. The best weight follows the embedder's quality "
-        "(benchmarks/RESULTS.md).",
+        '(benchmarks/results/multilingual.md, "What this says, and the defaults chosen").',
     )
     query_prefix: str = Field(
         "",
@@ -115,7 +115,7 @@ class VectorIndexConfig(_Strict):
         20_000,
         ge=0,
         description="device cuda: shards smaller than this are searched on the CPU (exact "
-        "search over them takes under 3 ms per query there, benchmarks/RESULTS.md; a GPU copy "
+        "search over them takes under 3 ms per query there, benchmarks/results/gpu.md; a GPU copy "
         "would cost GPU memory per open tenant for little).",
     )
     gpu_temp_memory_mb: int = Field(
@@ -142,7 +142,8 @@ class ScreenConfig(_Strict):
     min_score: float = Field(
         -8.5,
         description="Judge score from which a sentence is flagged; chosen for "
-        "ms-marco-minilm-l12 on the development red-team set (benchmarks/RESULTS.md).",
+        "ms-marco-minilm-l12 on the development red-team set (benchmarks/results/redteam.md, "
+        '"Instruction screen: a judged layer").',
     )
 
 

@@ -13,8 +13,9 @@ stored with the document at ingest). A sentence is flagged when it
   the assistant", "Assistant:" as a label) and tells it what to do (reply, print, append,
   must, always, never...).
 
-A plain keyword screen: cheap, explainable, and measured (benchmarks/RESULTS.md) for what it
-catches and for what it flags in ordinary text. Keywords do not generalise to instructions worded
+A plain keyword screen: cheap, explainable, and measured (benchmarks/results/redteam.md,
+"Documents are data" and "Instruction screen") for what it catches and for what it flags in
+ordinary text. Keywords do not generalise to instructions worded
 otherwise, so a second layer asks a relevance judge (the query path's cross-encoder, given as
 ``judge``) about every other sentence that speaks to its reader (an imperative or "you"): does it
 tell an AI assistant what to say? Both are layers of several, not a proof.

@@ -3,7 +3,7 @@ best, their judge scores and whether each is from the case's own document. For t
 turned away before the generator (`top_judge` null in its results), to see whether the judge
 or retrieval did it. Reads the data dir benchmarks/redteam/run.py ingested the set into.
 
-    .venv/bin/python benchmarks/redteam/candidates.py --set redteam-heldout2 h2-08 h2-27
+    .venv/bin/python -m benchmarks.redteam.candidates --set redteam-heldout2 h2-08 h2-27
 """
 
 from __future__ import annotations
@@ -11,29 +11,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from benchmarks.redteam.run import TENANT, set_config
+from benchmarks.redteam.sets import SETS
+from index.service import IndexService
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import judge_threshold
+from serve.query.retrieval import LocalSearcher
 
-from benchmarks.redteam.run import TENANT, set_config  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import judge_threshold  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
-    parser.add_argument("--set", required=True, choices=("redteam", "redteam-heldout",
-                                                          "redteam-heldout2"))  # fmt: skip
+    parser.add_argument("--set", required=True, choices=SETS)
     parser.add_argument("ids", nargs="+", help="case ids")
     args = parser.parse_args()
     data_dir = ROOT / "benchmarks" / ".cache" / args.set
     if not (data_dir / "tenants" / TENANT).is_dir():
-        parser.error(f"{data_dir}: run benchmarks/redteam/run.py --set {args.set} first")
+        parser.error(f"{data_dir}: run `python -m benchmarks.redteam.run --set {args.set}` first")
     config = set_config(Path(args.config), args.set)
     rerank = config.query.rerank
     if rerank.backend != "cross-encoder":

@@ -2,7 +2,7 @@
 not correct, where its own document ranks in the shipped retrieval with the gates off, its
 judge score, and the judge gate's threshold for the question's language.
 
-    .venv/bin/python benchmarks/redteam/misses.py --set redteam-heldout2 \
+    .venv/bin/python -m benchmarks.redteam.misses --set redteam-heldout2 \
         [--results qwen2.5-1.5b-quoted.jsonl]
 
 Reads the index that benchmarks/redteam/run.py built (benchmarks/.cache/<set>); no generator.
@@ -18,17 +18,17 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.redteam.run import TENANT  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.models import fetch  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import judge_threshold  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.redteam.run import TENANT
+from index.service import IndexService
+from serve.config import load_config
+from serve.models import fetch
+from serve.query.language import detect_language
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import judge_threshold
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 async def main() -> None:
@@ -41,7 +41,8 @@ async def main() -> None:
     results = folder / "results" / args.results
     data_dir = ROOT / "benchmarks" / ".cache" / args.set
     if not results.is_file() or not data_dir.is_dir():
-        sys.exit(f"run benchmarks/redteam/run.py --set {args.set} first ({results}, {data_dir})")
+        sys.exit(f"run `python -m benchmarks.redteam.run --set {args.set}` first "
+                 f"({results}, {data_dir})")  # fmt: skip
     missed = {
         r["id"]
         for r in map(json.loads, results.read_text().splitlines())

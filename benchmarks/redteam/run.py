@@ -2,7 +2,7 @@
 how many injected instructions were obeyed and how many legitimate questions were answered
 correctly (side by side, one engine, one run).
 
-    .venv/bin/python benchmarks/redteam/run.py [--variants undefended,remind,withhold,both]
+    .venv/bin/python -m benchmarks.redteam.run [--variants undefended,remind,withhold,both]
         [--set redteam|redteam-heldout|redteam-heldout2] [--model qwen2.5-1.5b] [--max-tokens 160]
         [--unanswerable benchmarks/eval/business-unanswerable.jsonl]
 
@@ -23,25 +23,23 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.redteam.validate import norm  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.metrics import answer_matches  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import fetch, resolve_model  # noqa: E402
-from serve.query.pipeline import QueryPipeline  # noqa: E402
-from serve.query.rerank import instruction_judge  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.redteam.sets import SETS, norm
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.metrics import answer_matches
+from serve.generator import VllmGenerator
+from serve.models import fetch, resolve_model
+from serve.query.pipeline import QueryPipeline
+from serve.query.rerank import instruction_judge
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PROSE = {"answer_format": "prose", "min_answer_support": None, "grounded_only": False}
 QUOTED = {"answer_format": "quoted"}  # with the config's answer check
@@ -119,9 +117,7 @@ async def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", default=None, help="generator (default: the config's)")
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument(
-        "--set", default="redteam", choices=("redteam", "redteam-heldout", "redteam-heldout2")
-    )
+    parser.add_argument("--set", default="redteam", choices=SETS)
     parser.add_argument(
         "--tag", default="", help="appended to the results file's name (keeps earlier runs)"
     )

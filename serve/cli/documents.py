@@ -104,7 +104,7 @@ def search(
 
     def work():
         service: IndexService = ctx.obj.index()
-        settings = ctx.obj.config.query  # fusion as configured (benchmarks/RESULTS.md)
+        settings = ctx.obj.config.query  # fusion as configured (benchmarks/results/retrieval.md)
         params = SearchParams(mode, settings.fusion, settings.dense_weight, settings.candidates,
                               search_filter, min_score)  # fmt: skip
         return search_tenant(service, tenant, query, k, params)

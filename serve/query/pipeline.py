@@ -65,8 +65,9 @@ class QueryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: SearchMode = "hybrid"
-    # Chosen on the Wikipedia evaluation sets (benchmarks/RESULTS.md): weighted fusion at 0.4
-    # had the best MRR@10 averaged over English and French; RRF lost to lexical-only in both.
+    # Chosen on the Wikipedia evaluation sets (benchmarks/results/retrieval.md, "Retrieval
+    # quality"): weighted fusion at 0.4 had the best MRR@10 averaged over English and French;
+    # RRF lost to lexical-only in both.
     fusion: Fusion = "weighted"
     dense_weight: float = Field(0.4, ge=0.0, le=1.0)
     candidates: int = Field(20, gt=0, description="Candidates taken from each retriever.")
@@ -87,7 +88,7 @@ class QueryConfig(BaseModel):
     remind_rules: bool = Field(
         False,
         description="Restate the rules after the question (the 0.5B model then abstains "
-        "far more often: RESULTS.md).",
+        'far more often: benchmarks/results/redteam.md, "Documents are data").',
     )
     answer_format: Literal["prose", "quoted"] = Field(
         "prose",
@@ -101,7 +102,8 @@ class QueryConfig(BaseModel):
         le=1.0,
         description="Quoted answers: ask the generator again whether the cited source states "
         'the answer, and say "not found" under this P(yes); the answer is shown once '
-        "checked. None: no check. The threshold is the generator's own (RESULTS.md).",
+        "checked. None: no check. The threshold is the generator's own "
+        "(benchmarks/results/answer-check.md).",
     )
 
     grounded_only: bool = Field(
@@ -217,7 +219,8 @@ class QueryPipeline:
         threshold = judge_threshold(config.rerank, language) if judged else None
         # Where the judge gate applies, it alone decides: its thresholds were chosen on the
         # ungated candidates, and the similarity gate drops answering passages that only
-        # lexical search found (no cosine score) before the judge reads them (RESULTS.md).
+        # lexical search found (no cosine score) before the judge reads them
+        # (benchmarks/results/judge.md, "One gate per question").
         if options.gate and threshold is None:
             hits = self.gate.filter(hits)
         watch.lap("retrieve")
@@ -235,7 +238,8 @@ class QueryPipeline:
             first_part=next(iter(question_parts(query, language)), ""),
         )
         watch.lap("rerank")
-        if options.gate and threshold is not None:  # the judge gate (benchmarks/RESULTS.md)
+        # The judge gate (benchmarks/results/judge.md, "Abstaining on judged relevance").
+        if options.gate and threshold is not None:
             reranked = [h for h in reranked if h.rerank_score >= threshold]
         return scored(reranked, floor, probability)[:top_k]
 

@@ -229,7 +229,8 @@ class AnswerCheck:
     """Does the cited source state this answer to this question? The generator's P(yes), asked
     in a fresh conversation with the source's text as the prompt shows it (withheld passages
     stay withheld). Answers under ``min_support`` are withheld ("not found"): the threshold
-    is the generator's own (benchmarks/answer_check.py chose it for qwen2.5-1.5b)."""
+    is the generator's own (``python -m benchmarks.answer_check --sweep`` chose it for
+    qwen2.5-1.5b: benchmarks/results/answer-check.md)."""
 
     def __init__(self, generator: Generator, min_support: float, withhold: bool = True) -> None:
         self.generator, self.min_support, self.withhold = generator, min_support, withhold
@@ -338,7 +339,8 @@ class QuotedAnswerReader:
     def _reply(self) -> QuotedReply:
         """The model's reply, cited to a source that holds its quote and its numbers: chunks
         overlap, so a sentence can be in two sources, and the model may name the one without
-        the answer's number (h2-19, RESULTS.md). Otherwise the source it named."""
+        the answer's number (h2-19: benchmarks/results/grounded-answers.md, "An amount asked
+        and none given"). Otherwise the source it named."""
         reply = self._reader.reply()
         if reply.source == 0 or verify_quote(reply, self.sources):
             return reply

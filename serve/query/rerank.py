@@ -183,7 +183,8 @@ class OnnxCrossEncoderReranker:
     a time, batched by length (short passages are not padded to long ones); the default is one
     at a time, because a dynamically quantized model (the fetched INT8 judge) scales each call's
     activations together, so a batched pair's score moves with its neighbours (by up to 1.6 on
-    human-written questions, benchmarks/RESULTS.md) and a gate on it would depend on them."""
+    human-written questions: benchmarks/results/judge.md, "One gate per question") and a gate on
+    it would depend on them."""
 
     def __init__(
         self,
@@ -433,7 +434,8 @@ def judge(config: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderRerank
 def instruction_scorer(rerank: RerankConfig) -> CrossEncoderReranker | OnnxCrossEncoderReranker:
     """The judge the instruction screen asks, started: the query path's model on the CPU, each
     sentence scored alone (the ONNX judge's INT8 scores depend on the batch a pair is in, so a
-    sentence's flag would depend on its neighbours: benchmarks/RESULTS.md)."""
+    sentence's flag would depend on its neighbours: benchmarks/results/judge.md, "One gate per
+    question", and benchmarks/results/redteam.md, "Instruction screen: a judged layer")."""
     if rerank.backend != "cross-encoder" or not rerank.model:
         raise ConfigError(
             "index.screen.judge uses the relevance judge, but query.rerank.backend is "

@@ -8,7 +8,7 @@ For a sweep of thresholds: the share of unanswerable questions turned away, and 
 answerable ones wrongly turned away, overall and for description questions (the same kind of
 question as the unanswerable ones; sentence questions are verbatim article text).
 
-    .venv/bin/python benchmarks/abstention_gate.py [--languages en,fr]
+    .venv/bin/python -m benchmarks.experiments.abstention_gate [--languages en,fr]
 
 Needs the tenants built by benchmarks/retrieval_quality.py (benchmarks/.cache/eval).
 """
@@ -20,18 +20,17 @@ import json
 import math
 import os
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.query.retrieval import SearchParams, search_shard  # noqa: E402
+from benchmarks.build_eval import HERE
+from index.service import IndexService
+from serve.config import load_config
+from serve.query.retrieval import SearchParams, search_shard
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CACHE = ROOT / "benchmarks" / ".cache" / "eval"
 THRESHOLDS = {

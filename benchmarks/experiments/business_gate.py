@@ -5,7 +5,8 @@ same organisation, answered nowhere): the best judge score among the 20 candidat
 path reads, against the shipped per-language thresholds (`query.rerank.min_score`), and a
 threshold chosen on the development set (redteam) by judge_gate.py's rule. No generator.
 
-    .venv/bin/python benchmarks/business_gate.py [--sets redteam,redteam-heldout,redteam-heldout2]
+    .venv/bin/python -m benchmarks.experiments.business_gate \
+        [--sets redteam,redteam-heldout,redteam-heldout2]
 
 Two readings of a candidate: its text (what the query path judges), and its heading path
 (title > section) followed by its text.
@@ -22,35 +23,30 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.judge_gate import choose, rates  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.models import fetch  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.judge_gate import choose, rates
+from benchmarks.redteam.sets import unanswerable
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.models import fetch
+from serve.query.language import detect_language
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
 
-UNANSWERABLE = ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+
 READINGS = {
     "text": lambda hit: hit.text,
     "heading path + text": lambda hit: (
         "\n\n".join([" > ".join(hit.heading_path), hit.text]) if hit.heading_path else hit.text
     ),
 }
-
-
-def unanswerable() -> list[dict]:
-    return [json.loads(line) for line in UNANSWERABLE.read_text().splitlines()]
 
 
 async def best_scores(service: IndexService, config, judge, name: str) -> list[dict]:

@@ -11,10 +11,11 @@ the model's answer" is then exact for every t at once. t is chosen on the dev ha
 questions handled right: answerable ones matched, unanswerable ones turned away) and reported
 on the test half only when --split test is asked for.
 
-    .venv/bin/python benchmarks/answer_gate.py [--sets human-en,answers-en] [--split dev]
-        [--thresholds 4.122,-0.16] [--out results.jsonl]
-    .venv/bin/python benchmarks/answer_gate.py --sets '' \
-        --rows benchmarks/eval/answer-gate-human-en-dev.jsonl     # the run RESULTS.md reports
+    .venv/bin/python -m benchmarks.experiments.answer_gate [--sets human-en,answers-en]
+        [--split dev] [--thresholds 4.122,-0.16] [--out results.jsonl]
+    .venv/bin/python -m benchmarks.experiments.answer_gate --sets '' \
+        --rows benchmarks/eval/answer-gate-human-en-dev.jsonl     # the run reported in
+        # benchmarks/results/judge.md, "The judge gate as an abstention rule only"
 
 Needs the evaluation data directory of the answer benchmarks (benchmarks/.cache/eval/data,
 with the wiki-en / wiki-fr tenants) and the fetched default model and judge.
@@ -28,16 +29,15 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import AnswerView, Evaluator, LocalBackend, load_questions
+from serve.generator import VllmGenerator
+from serve.models import resolve_model
+from serve.query.pipeline import QueryPipeline
+from serve.query.retrieval import LocalSearcher
 
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import AnswerView, Evaluator, LocalBackend, load_questions  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
-from serve.query.pipeline import QueryPipeline  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 EVAL = ROOT / "benchmarks" / "eval"
 

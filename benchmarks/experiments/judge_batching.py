@@ -4,7 +4,8 @@ is batched with, and what does scoring pair by pair cost? For human-written dev 
 sizes, side by side in one run: the largest difference from the pair-by-pair score, and the
 judge's seconds per question.
 
-    .venv/bin/python benchmarks/judge_batching.py [--questions 30] [--batch-sizes 32,16,4,1]
+    .venv/bin/python -m benchmarks.experiments.judge_batching [--questions 30] \
+        [--batch-sizes 32,16,4,1]
 
 Uses the tenants that human_retrieval.py / retrieval_quality.py build (benchmarks/.cache/eval).
 """
@@ -15,22 +16,21 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
-from benchmarks.retrieval_quality import CACHE, build_tenant  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import load_questions  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.build_eval import HERE
+from benchmarks.retrieval_quality import CACHE, build_tenant
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import load_questions
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def main() -> None:

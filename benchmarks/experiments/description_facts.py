@@ -4,7 +4,7 @@ Wikidata lifespans, "(1955–2011)") appears in its answering article's text in 
 from a `grounded eval --json` output over that set, the answer match on all of them and on
 those whose numbers are all stated.
 
-    .venv/bin/python benchmarks/description_facts.py <grounded eval --json output>
+    .venv/bin/python -m benchmarks.experiments.description_facts <grounded eval --json output>
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / ".cache" / "eval" / "corpus-en"
 QUESTIONS = ROOT / "benchmarks" / "eval" / "answers-en.jsonl"
 _YEAR = re.compile(r"\d{3,4}")

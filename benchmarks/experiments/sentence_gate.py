@@ -6,8 +6,10 @@ red-team business sets (their legitimate questions and benchmarks/eval/business-
 after its heading path. No generator. Raw scores go to --out (JSON lines); the tables are
 computed from them (``--analyse`` reads a previous --out without the judge).
 
-    .venv/bin/python benchmarks/sentence_gate.py --out benchmarks/eval/sentence-gate.jsonl
-    .venv/bin/python benchmarks/sentence_gate.py --analyse benchmarks/eval/sentence-gate.jsonl
+    .venv/bin/python -m benchmarks.experiments.sentence_gate \
+        --out benchmarks/eval/sentence-gate.jsonl
+    .venv/bin/python -m benchmarks.experiments.sentence_gate \
+        --analyse benchmarks/eval/sentence-gate.jsonl
 
 Thresholds are chosen per language on the development questions (judge_gate.py's rule: the
 most unanswerable turned away with at most --max-false of the answerable) and reported on the
@@ -17,7 +19,6 @@ held-out ones: the test halves of the Wikipedia sets and the two held-out red-te
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -25,23 +26,24 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
-from benchmarks.business_gate import unanswerable  # noqa: E402
-from benchmarks.judge_gate import choose, rates  # noqa: E402
-from benchmarks.retrieval_quality import CACHE  # noqa: E402
-from index.pipeline import discover  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import load_questions  # noqa: E402
-from serve.models import fetch  # noqa: E402
-from serve.query.citations import sentence_spans  # noqa: E402
-from serve.query.language import detect_language  # noqa: E402
-from serve.query.pipeline import QueryOptions, QueryPipeline  # noqa: E402
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.answer_check import raw_scores
+from benchmarks.build_eval import HERE
+from benchmarks.judge_gate import choose, rates
+from benchmarks.redteam.sets import unanswerable
+from benchmarks.retrieval_quality import CACHE
+from index.pipeline import discover
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import load_questions
+from serve.models import fetch
+from serve.query.citations import sentence_spans
+from serve.query.language import detect_language
+from serve.query.pipeline import QueryOptions, QueryPipeline
+from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOP = 3  # candidates whose sentences are judged
 RED_TEAM = ("redteam", "redteam-heldout", "redteam-heldout2")
@@ -173,17 +175,6 @@ def analyse(rows: list[dict], max_false: float, shipped: dict[str, float]) -> No
                         f"| {language} | {signal} | {threshold:.2f} | {name} {split} | "
                         f"{lost:.2f} of {n_a} | {caught:.2f} of {len(xs) - n_a} |"
                     )
-
-
-def raw_scores(args, collect) -> list[dict]:
-    """The rows of a previous run (``--analyse PATH``), or ``collect(args)``'s, written to
-    ``--out`` when given."""
-    if args.analyse:
-        return [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
-    rows = asyncio.run(collect(args))
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return rows
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Quoted-answer rule variants on the development half of the generated description
-questions (answers-en.jsonl), one engine for all variants: what RESULTS.md reports under
-"Tried and did not help". The test half is never read.
+questions (answers-en.jsonl), one engine for all variants: what benchmarks/results/generator.md
+reports under "Tried and did not help" ("Quoted answers"). The test half is never read.
 
-    .venv/bin/python benchmarks/rules_probe.py [VARIANT ...]      # default: every variant
+    .venv/bin/python -m benchmarks.experiments.rules_probe [VARIANT ...]   # default: every variant
 
 Needs the evaluation data directory of the answer benchmarks (benchmarks/.cache/eval/data,
 with the wiki-en tenant) and the fetched default model and judge.
@@ -15,16 +15,15 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import serve.query.pipeline as pipeline_module
+from index.service import IndexService
+from serve.config import load_config
+from serve.eval.run import EvalQuestion, Evaluator
+from serve.generator import VllmGenerator
+from serve.models import resolve_model
+from serve.query.retrieval import LocalSearcher
 
-import serve.query.pipeline as pipeline_module  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.run import EvalQuestion, Evaluator  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SHIPPED = pipeline_module.QUOTED_RULES
 ASKED = (

@@ -2,7 +2,7 @@
 tokenizers, development and held-out halves apart (issue 17, the French lexical side).
 
     .venv/bin/pip install snowballstemmer   # for the measurement only, not a dependency
-    .venv/bin/python benchmarks/french_lexical.py [--languages fr,en]
+    .venv/bin/python -m benchmarks.experiments.french_lexical [--languages fr,en]
 
 Documents: the Wikipedia sample of human_retrieval.py (benchmarks/eval/wiki-<lang>.titles, one
 Markdown document per article), loaded and chunked by the project's own loader and chunker
@@ -21,7 +21,6 @@ import platform
 import re
 import sqlite3
 import statistics
-import sys
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -31,19 +30,19 @@ from importlib.metadata import version
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE, document, file_names  # noqa: E402
-from benchmarks.wiki import articles  # noqa: E402
-from index.chunking import StructureChunker  # noqa: E402
-from index.config import LoaderLimits  # noqa: E402
-from index.embedding import SentenceTransformerEmbedder  # noqa: E402
-from index.loaders import load_document  # noqa: E402
-from index.store.schema import BM25_WEIGHTS, fts_query  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.eval.metrics import first_occurrences, recall_at, reciprocal_rank  # noqa: E402
-from serve.eval.run import CUTOFFS, EvalQuestion, load_questions  # noqa: E402
+from benchmarks.build_eval import HERE, document, file_names
+from benchmarks.wiki import articles
+from index.chunking import StructureChunker
+from index.config import LoaderLimits
+from index.embedding import SentenceTransformerEmbedder
+from index.loaders import load_document
+from index.store.schema import BM25_WEIGHTS, fts_query
+from serve.config import load_config
+from serve.eval.metrics import first_occurrences, recall_at, reciprocal_rank
+from serve.eval.run import CUTOFFS, EvalQuestion, load_questions
+
+ROOT = Path(__file__).resolve().parents[2]
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")
 WORD = re.compile(r"\w+")  # the word parts of index.store.schema.fts_query

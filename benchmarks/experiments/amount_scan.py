@@ -4,20 +4,18 @@ date or a price, in every stored red-team results file and every kept `grounded 
 (benchmarks/eval/sweep, benchmarks/eval/heldout), with the answers the rule withholds and
 whether each was right, wrong or to an unanswerable question. No model is run.
 
-    .venv/bin/python benchmarks/amount_scan.py
+    .venv/bin/python -m benchmarks.experiments.amount_scan
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.grounded_only import red_team_questions
+from serve.query.amounts import amount_missing, asks_amount
 
-from benchmarks.grounded_only import red_team_questions  # noqa: E402
-from serve.query.amounts import amount_missing, asks_amount  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SETS = ("redteam", "redteam-heldout", "redteam-heldout2")
 

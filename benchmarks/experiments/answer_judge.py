@@ -7,7 +7,8 @@ generator reranker) is printed for:
 A verifier that turns "no" into "not found in the sources" needs right answers to score well
 above wrong ones.
 
-    .venv/bin/python benchmarks/answer_judge.py --ids en-0004,en-0301 [--variants judge,self]
+    .venv/bin/python -m benchmarks.experiments.answer_judge --ids en-0004,en-0301 \
+        [--variants judge,self]
 
 Needs the wiki-en tenant built by benchmarks/retrieval_quality.py and the fetched default model.
 """
@@ -25,19 +26,19 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.build_eval import HERE  # noqa: E402
-from index.service import IndexService  # noqa: E402
-from serve.config import load_config  # noqa: E402
-from serve.generator import VllmGenerator  # noqa: E402
-from serve.models import resolve_model  # noqa: E402
-from serve.query.gate import not_found_message  # noqa: E402
-from serve.query.pipeline import QueryPipeline  # noqa: E402
-from serve.query.prompt import PromptBuilder  # noqa: E402
-from serve.query.rerank import GeneratorReranker  # noqa: E402
-from serve.query.retrieval import LocalSearcher  # noqa: E402
+from benchmarks.build_eval import HERE
+from index.service import IndexService
+from serve.config import load_config
+from serve.generator import VllmGenerator
+from serve.models import resolve_model
+from serve.query.gate import not_found_message
+from serve.query.pipeline import QueryPipeline
+from serve.query.prompt import PromptBuilder
+from serve.query.rerank import GeneratorReranker
+from serve.query.retrieval import LocalSearcher
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CACHE = ROOT / "benchmarks" / ".cache" / "eval"
 JUDGE_SYSTEM = "You check answers against sources. Reply with one word: yes or no."
