@@ -1,7 +1,7 @@
 """A large PDF uploaded while another tenant asks questions: how long until it is searchable,
 and what the other tenant sees meanwhile.
 
-    .venv/bin/python benchmarks/large_upload.py [--pages 300] [--config configs/cpu.yaml]
+    .venv/bin/python -m benchmarks.large_upload [--pages 300] [--scan] [--config configs/cpu.yaml]
 
 Builds a PDF of ``--pages`` pages of Wikipedia summaries (fpdf2; the text of ``make bench``'s
 data package), starts the appliance (the config's resources, a temporary data directory, the
@@ -11,6 +11,8 @@ uploads the PDF for tenant bigco into a vector store with the SDK's ``upload_and
 store file is ``in_progress`` until ``completed``). Meanwhile acme asks its questions one after
 another. Reported: the PDF's size, the time until the file was answered, and until it was
 completed; acme's answers before and during the ingestion (count, errors, latency).
+``--scan``: the PDF's pages are clean 200-dpi scans of the same text (tests/documents.py), so
+its ingestion is OCR (index/loaders/ocr.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local benchmark cluster
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from benchmarks.prefix_cache import QUESTIONS  # noqa: E402
 from serve.config import load_config  # noqa: E402
@@ -38,7 +39,8 @@ from serve.config import load_config  # noqa: E402
 def build_pdf(pages: int, path: Path) -> int:
     """About ``pages`` pages of Wikipedia summaries, one article after another."""
     from fpdf import FPDF
-    from wiki import articles
+
+    from benchmarks.wiki import articles
 
     pdf = FPDF()
     pdf.set_auto_page_break(True, margin=15)
@@ -55,6 +57,16 @@ def build_pdf(pages: int, path: Path) -> int:
         pdf.ln(3)
     pdf.output(str(path))
     return pdf.page_no()
+
+
+def build_scan(pages: int, path: Path) -> int:
+    """``pages`` scanned pages, each one Wikipedia summary drawn at 200 dpi."""
+    from benchmarks.wiki import articles
+    from tests.documents import scanned_pdf
+
+    texts = [a["extract"] for a in articles("en") if 1200 < len(a["extract"]) < 2600]
+    path.write_bytes(scanned_pdf([[text] for text in texts[:pages]]))
+    return pages
 
 
 def ask_until(client, stop: threading.Event, latencies: list, errors: list) -> None:
@@ -139,10 +151,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))
     parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--scan", action="store_true", help="scanned pages, read by OCR")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grounded-large-") as tmp:
         pdf = Path(tmp) / "archive.pdf"
-        pages = build_pdf(args.pages, pdf)
+        pages = (build_scan if args.scan else build_pdf)(args.pages, pdf)
         config = load_config(Path(args.config), data_dir=Path(tmp) / "data")
         (Path(tmp) / "data").mkdir()
         (Path(tmp) / "data" / "models").symlink_to(ROOT / "data" / "models")

@@ -110,5 +110,5 @@ class SearchHit:
     # against its first part (serve/query/compound.py); rerank_score is the higher.
     part_scores: tuple[float, ...] = ()
     # A table passage: the rows the judge scored best against the question (serve/query/
-    # rows.py), which the prompt shows of its table; empty: every row.
-    rows: tuple[str, ...] = ()
+    # rows.py), which the prompt shows of its table; None: every row.
+    rows: tuple[str, ...] | None = None

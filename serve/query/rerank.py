@@ -103,7 +103,9 @@ async def rerank(
     its ``rerank_score``. ``first_part``: the first of the two questions a compound query asks
     (serve/query/compound.py); a passage keeps the better of its scores against the query and
     that part (both in ``part_scores``), so that a passage answering only the first part is
-    not outranked by the question's second half."""
+    not outranked by the question's second half. A table passage carries the rows the prompt
+    shows of it (``rows``), and one whose every row scores far under the best row of all is
+    left out (serve/query/rows.py)."""
     if not hits:
         return []
     # Every passage, then each table row alone (serve/query/rows.py): a passage scores its
@@ -122,9 +124,10 @@ async def rerank(
     scores = list(map(max, whole, part)) if part else whole
     order = sorted(range(len(hits)), key=lambda i: -scores[i])
     kept = order[:top_n]
-    return [replace(hits[i], rerank_score=scores[i], rows=best_rows(rows[i]),
+    shown = best_rows([rows[i] for i in kept])
+    return [replace(hits[i], rerank_score=scores[i], rows=shown[n],
                     part_scores=(whole[i], part[i]) if part else ())
-            for i in kept]  # fmt: skip
+            for n, i in enumerate(kept) if shown[n] != ()]  # fmt: skip
 
 
 def _best_per_hit(views: list[tuple[int, str]], scores: list[float]) -> list[float]:

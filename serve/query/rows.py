@@ -32,11 +32,11 @@ def _named(header: list[str], cells: list[str]) -> str:
     return "; ".join(pairs) + "." if pairs else ""
 
 
-def as_named_rows(text: str, keep: tuple[str, ...] = ()) -> str:
+def as_named_rows(text: str, keep: tuple[str, ...] | None = None) -> str:
     """``text`` with each Markdown table (a header line, its separator, rows) written as one
     line per row naming its values: "Model: GX-61; Price (EUR): 2,432."; other lines as they
     are, so that a text without a table is returned unchanged. ``keep``: of the rows, only
-    these (the rows the judge chose: ``best_rows``)."""
+    these (the rows the judge chose: ``best_rows``); None: every row."""
     lines = text.split("\n")
     out: list[str] = []
     header: list[str] | None = None
@@ -46,22 +46,33 @@ def as_named_rows(text: str, keep: tuple[str, ...] = ()) -> str:
             header = _cells(lines[number - 1])
             out.pop()  # the header line: every row now says it
         elif header and _MARKDOWN_ROW.match(stripped):
-            if (named := _named(header, _cells(stripped))) and (not keep or named in keep):
+            if (named := _named(header, _cells(stripped))) and (keep is None or named in keep):
                 out.append(named)
         else:
             header = None
-            if not (keep and _NAMED_ROW.match(stripped) and stripped not in keep):
+            if keep is None or not _NAMED_ROW.match(stripped) or stripped in keep:
                 out.append(line)
     return "\n".join(out)
 
 
-ROWS_SHOWN = 3  # of a table passage, the rows the prompt shows: the judge's best
+ROWS_SHOWN = 3  # of a table passage, the rows the prompt shows at most: the judge's best
+# A row scored this far below the best row of the question's passages is not shown, and a table
+# passage whose best row is that far below is not a source: next to the row asked about, the
+# rows that look like it (GX-28 for GX-25, Supplier 12 for 13) score 2 to 3 lower on the
+# development facts (benchmarks/formats.py), and a small model quotes them.
+ROW_MARGIN = 2.0
 
 
-def best_rows(scored: list[tuple[str, float]]) -> tuple[str, ...]:
-    """The ROWS_SHOWN rows of ``scored`` (row, judge score) with the highest scores."""
-    ranked = sorted(scored, key=lambda pair: -pair[1])
-    return tuple(row for row, _ in ranked[:ROWS_SHOWN])
+def best_rows(scored: list[list[tuple[str, float]]]) -> list[tuple[str, ...] | None]:
+    """Per passage, from its (row, judge score) pairs: the rows the prompt shows, best first
+    (at most ROWS_SHOWN, none under the best row of all passages less ROW_MARGIN); None for a
+    passage without rows (its whole text is shown)."""
+    top = max((score for rows in scored for _, score in rows), default=0.0)
+    return [
+        tuple(row for row, score in sorted(rows, key=lambda pair: -pair[1])[:ROWS_SHOWN]
+              if score >= top - ROW_MARGIN) if rows else None
+        for rows in scored
+    ]  # fmt: skip
 
 
 def row_views(text: str) -> list[str]:

@@ -99,3 +99,26 @@ def test_the_judge_keeps_a_table_passages_best_rows_for_the_prompt():
     (ranked,) = asyncio.run(rerank(WordJudge(), "price of GX-61", [hit(TABLE)], 1, ""))
     assert ranked.rows[0] == "Model: GX-61; Capacity (kg): 356; Price (EUR): 2,432."
     assert len(ranked.rows) == 3 and "Models available" not in " ".join(ranked.rows)
+
+
+class RowJudge:
+    """Scores what it is told to: a row naming one of ``scores``' models gets that score."""
+
+    def __init__(self, by_model):
+        self.by_model = by_model
+
+    async def scores(self, query, passages, cache_salt):
+        return [next((s for m, s in self.by_model.items() if f"Model: {m};" in p), 0.0)
+                for p in passages]  # fmt: skip
+
+
+def test_rows_far_below_the_best_row_are_not_shown_nor_their_passage():
+    other = "| Model | Price (EUR) |\n| --- | --- |\n| GX-25 | 100 |\n| GX-28 | 200 |"
+    judge = RowJudge({"GX-61": 8.0, "GX-58": 6.5, "GX-64": 1.0, "GX-25": 5.5, "GX-28": 5.0})
+    ranked = asyncio.run(rerank(judge, "price of GX-61", [hit(TABLE), hit(other, 2)], 2, ""))
+    assert [h.chunk_id for h in ranked] == ["c1"]  # GX-25 is 2.5 under GX-61: not a source
+    assert ranked[0].rows == ("Model: GX-61; Capacity (kg): 356; Price (EUR): 2,432.",
+                              "Model: GX-58; Capacity (kg): 61; Price (EUR): 7,195.")  # fmt: skip
+    prose = hit("Prices exclude VAT for every model.", 3)
+    ranked = asyncio.run(rerank(judge, "price of GX-61", [prose], 1, ""))
+    assert ranked[0].rows is None  # a passage without rows is shown whole
