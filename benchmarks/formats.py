@@ -243,7 +243,7 @@ def edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-def ocr_accuracy(pages_per_language: int = 3) -> None:
+def ocr_accuracy(pages_per_language: int = 5) -> None:
     from wiki import articles
 
     print("== OCR: clean 200-dpi scans, DejaVu Sans 11 pt, through the PDF loader")

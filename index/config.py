@@ -51,7 +51,10 @@ class OcrConfig(_Strict):
     dpi: int = Field(300, ge=72, le=600, description="Resolution a scanned PDF page is drawn at.")
     min_text_chars: int = Field(16, ge=0)
     page_timeout_s: float = Field(
-        120.0, gt=0, description="A page that takes longer fails its file with a reason."
+        120.0,
+        gt=0,
+        description="CPU seconds one page may take (and ten times that waiting for an idle "
+        "CPU); a page over it fails its file with the reason.",
     )
 
 

@@ -165,3 +165,11 @@ def test_corrupted_images_are_refused_with_a_message_never_a_crash(format):
             assert refused.message.startswith(name) and len(refused.message) > len(name) + 5
             outcomes["refused"] += 1
     assert outcomes["refused"] > 50, outcomes
+
+
+def test_a_page_over_its_cpu_time_fails_its_file_with_the_reason():
+    """A dense 300-dpi page takes Tesseract about 3 s of CPU here; one second is its limit."""
+    out = io.BytesIO()
+    scan_image([ARM * 4] * 12, dpi=300).save(out, format="PNG")
+    with pytest.raises(MalformedDocumentError, match=r"page_timeout_s \(0\.5 s of CPU\)"):
+        load_document(out.getvalue(), "dense.png", LIMITS, OcrConfig(page_timeout_s=0.5))
