@@ -2,7 +2,7 @@
 PDFs and PDF tables. Are their facts answered and cited with their place, how well is a scan
 read, and how fast does each format ingest?
 
-    .venv/bin/python benchmarks/formats.py [--part ocr|throughput|answers|all]
+    .venv/bin/python -m benchmarks.formats [--part ocr|throughput|answers|all] [--seed N]
                                            [--config configs/cpu.yaml]
 
 - ``ocr``: clean 200-dpi scans rendered here (DejaVu Sans 11 pt, as tests/pdfs.py draws them)
@@ -25,7 +25,6 @@ import io
 import os
 import random
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local benchmark cluster
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from index.config import LoaderLimits  # noqa: E402
 from index.loaders import load_document  # noqa: E402
@@ -244,7 +241,7 @@ def edit_distance(a: str, b: str) -> int:
 
 
 def ocr_accuracy(pages_per_language: int = 5) -> None:
-    from wiki import articles
+    from benchmarks.wiki import articles
 
     print("== OCR: clean 200-dpi scans, DejaVu Sans 11 pt, through the PDF loader")
     for language in ("en", "fr"):
@@ -270,7 +267,8 @@ def large_files(rng: random.Random) -> dict[str, tuple[bytes, str]]:
     import docx
     from openpyxl import Workbook
     from pptx import Presentation
-    from wiki import articles
+
+    from benchmarks.wiki import articles
 
     prose = [a["extract"] for a in articles("en")[:400]]
     word = docx.Document()
