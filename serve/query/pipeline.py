@@ -11,9 +11,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
 
 from index.types import SearchHit
 from serve.generator import GenerationChunk, Generator
@@ -27,7 +25,8 @@ from serve.query.admission import (
 from serve.query.budget import ContextLengthError, check_question_fits, plan_budget
 from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
 from serve.query.compound import answered_apart, question_parts, two_part_note
-from serve.query.condense import Condense, condense_query
+from serve.query.condense import condense_query
+from serve.query.config import QueryConfig
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.language import detect_language
 from serve.query.prompt import (
@@ -48,79 +47,16 @@ from serve.query.quotes import (
 from serve.query.relevance import scored
 from serve.query.rerank import (
     GeneratorReranker,
-    RerankConfig,
     Reranker,
     build_reranker,
     judge_threshold,
     rerank,
 )
-from serve.query.retrieval import Fusion, Searcher, SearchFilter, SearchMode, SearchParams
+from serve.query.retrieval import Searcher, SearchFilter, SearchParams
 from serve.tracing import Stopwatch, tracer
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
 DEFAULT_MAX_TOKENS = 512
-
-
-class QueryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: SearchMode = "hybrid"
-    # Chosen on the Wikipedia evaluation sets (benchmarks/results/retrieval.md, "Retrieval
-    # quality"): weighted fusion at 0.4 had the best MRR@10 averaged over English and French;
-    # RRF lost to lexical-only in both.
-    fusion: Fusion = "weighted"
-    dense_weight: float = Field(0.4, ge=0.0, le=1.0)
-    candidates: int = Field(20, gt=0, description="Candidates taken from each retriever.")
-    top_k: int = Field(5, gt=0, description="Most sources given to the generator.")
-    min_dense_score: float = Field(
-        0.35, description="Similarity gate (where no judge gate applies): cosine similarity."
-    )
-    min_bm25_score: float | None = Field(
-        None, description="Similarity gate (where no judge gate applies): lexical match."
-    )
-    history_share: float = Field(0.25, ge=0.0, le=1.0)
-    condense: Condense = Field("recent", description="Retrieval query for follow-up turns.")
-    condense_turns: int = Field(2, ge=0, description="Earlier user turns used by condense.")
-    rerank: RerankConfig = RerankConfig()
-    withhold_instructions: bool = Field(
-        True, description="Keep instruction-like passages of sources out of the prompt."
-    )
-    remind_rules: bool = Field(
-        False,
-        description="Restate the rules after the question (the 0.5B model then abstains "
-        'far more often: benchmarks/results/redteam.md, "Documents are data").',
-    )
-    answer_format: Literal["prose", "quoted"] = Field(
-        "prose",
-        description="prose: the model writes an answer citing [n]; quoted: it answers in JSON "
-        "with its source and a quote of it (vLLM structured output), checked before the "
-        "answer is shown as grounded (serve/query/quotes.py).",
-    )
-    min_answer_support: float | None = Field(
-        None,
-        ge=0.0,
-        le=1.0,
-        description="Quoted answers: ask the generator again whether the cited source states "
-        'the answer, and say "not found" under this P(yes); the answer is shown once '
-        "checked. None: no check. The threshold is the generator's own "
-        "(benchmarks/results/answer-check.md).",
-    )
-
-    grounded_only: bool = Field(
-        False,
-        description='Quoted answers: say "not found" rather than show an answer whose quote '
-        "is not in its source, or (source in the question's language) whose words are mostly "
-        "not the source's; the answer is shown once read whole (serve/query/quotes.py).",
-    )
-
-    @model_validator(mode="after")
-    def _check_needs_quotes(self) -> QueryConfig:
-        for name in ("min_answer_support", "grounded_only"):
-            if getattr(self, name) not in (None, False) and self.answer_format != "quoted":
-                raise ValueError(
-                    f"{name} reads quoted answers: set answer_format: quoted, or remove {name}"
-                )
-        return self
 
 
 @dataclass(frozen=True, slots=True)
