@@ -86,6 +86,13 @@ class MalformedDocumentError(DocumentRefusedError):
     """Binary, encrypted, truncated or otherwise unreadable content."""
 
 
+class IngestCancelledError(DocumentRefusedError):
+    """The file was deleted (or its upload replaced) while it was being read: the reading
+    stopped and nothing of it was stored."""
+
+    status = 409
+
+
 class OcrUnavailableError(DocumentRefusedError):
     """The file needs OCR and this host cannot run it (Tesseract or a language pack missing,
     or OCR turned off); the file itself may be fine."""

@@ -11,6 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,7 @@ from index.config import LoaderLimits, OcrConfig
 from index.embedding import DocumentEmbedder
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
 from index.loaders import LOADER_VERSION, SUPPORTED_EXTENSIONS, load_document
+from index.loaders.ocr import OcrReader
 from index.screening import InstructionJudge, find_instructions
 from index.store.shard import Manifest, PreparedDocument, TenantShard
 from index.types import Chunk, Document
@@ -122,12 +124,16 @@ class IngestPipeline:
         self.judge = judge
         self.ocr = ocr or OcrConfig()
 
-    def ingest(self, files: Iterable[SourceFile]) -> Iterator[IngestResult]:
-        """Yield one result per file, in batches; the vector index is saved at the end."""
+    def ingest(
+        self, files: Iterable[SourceFile], cancelled: Callable[[str], bool] | None = None
+    ) -> Iterator[IngestResult]:
+        """Yield one result per file, in batches; the vector index is saved at the end.
+        ``cancelled(doc_id)``: asked while a file's scanned pages are read; true stops that
+        file (refused, IngestCancelledError: it was deleted meanwhile)."""
         pending: list[PreparedDocument] = []
         try:
             for source in files:
-                prepared = self._prepare(source)
+                prepared = self._prepare(source, cancelled)
                 if isinstance(prepared, IngestResult):
                     yield prepared
                     continue
@@ -139,7 +145,9 @@ class IngestPipeline:
         finally:
             self.shard.flush()
 
-    def _prepare(self, source: SourceFile) -> PreparedDocument | IngestResult:
+    def _prepare(
+        self, source: SourceFile, cancelled: Callable[[str], bool] | None
+    ) -> PreparedDocument | IngestResult:
         def refused(reason: str, status: int = 400) -> IngestResult:
             return IngestResult(
                 source.source, source.file_name, "refused", reason=reason, refusal_status=status
@@ -159,7 +167,8 @@ class IngestPipeline:
             )
         version = current.version + 1 if current else 1
         try:
-            document = load_document(data, source.file_name, self.limits, self.ocr)
+            ocr = OcrReader(self.ocr, partial(cancelled, doc_id)) if cancelled else self.ocr
+            document = load_document(data, source.file_name, self.limits, ocr)
             if not document.text:
                 hint = " (a scan needs index.ocr.enabled)" if document.page_count else ""
                 raise MalformedDocumentError(

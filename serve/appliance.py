@@ -287,28 +287,32 @@ class Shards:
             try:
                 record = shard.get_document(doc_id)
             except DocumentNotFoundError:
-                return IngestResult(doc_id, doc_id, "refused", reason="deleted"), None
+                return _deleted(doc_id, doc_id), None
             done = IngestResult(doc_id, record.file_name, "unchanged", doc_id, record.version,
                                 record.chunk_count)  # fmt: skip
             return done, record
         file_name, data = pending
         pipeline = self.service.pipeline_for(shard)
+
+        def deleted(doc_id: str) -> bool:  # asked while scans are read: OCR stops at once
+            return not uploads.pending(doc_id)
+
         source = SourceFile.from_bytes(
             data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
         )
         try:
             try:
-                [result] = list(pipeline.ingest([source]))
+                [result] = list(pipeline.ingest([source], deleted))
             except EmbedderChangedError:  # a reindex moved the shard meanwhile: its new model
-                [result] = list(self.service.pipeline_for(shard).ingest([source]))
+                [result] = list(self.service.pipeline_for(shard).ingest([source], deleted))
         except Exception as exc:  # kept with the reason; the caller sees the failure too
             uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again",
                            data)  # fmt: skip
             raise
-        if uploads.bytes_of(doc_id, pending=True) is None:  # deleted while it was ingested
+        if not uploads.pending(doc_id):  # deleted while it was ingested
             with contextlib.suppress(DocumentNotFoundError):
                 shard.delete_document(doc_id)
-            return IngestResult(doc_id, file_name, "refused", reason="deleted"), None
+            return _deleted(doc_id, file_name), None
         uploads.finish(doc_id, result.reason if result.status == "refused" else None, data)
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return result, shard.get_document(doc_id) if result.status != "refused" else None
@@ -375,6 +379,12 @@ class Shards:
         records = await asyncio.to_thread(shard.list_documents)
         wanted = set(doc_ids)
         return {r.doc_id: r.attributes for r in records if r.doc_id in wanted}
+
+
+def _deleted(doc_id: str, file_name: str) -> IngestResult:
+    """The upload was deleted before its ingestion ended: nothing of it is kept."""
+    reason = "deleted while it was being ingested; nothing of it was kept"
+    return IngestResult(doc_id, file_name, "refused", reason=reason, refusal_status=409)
 
 
 class RemoteSearcher:

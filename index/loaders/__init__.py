@@ -17,6 +17,7 @@ from index.loaders.html import HtmlLoader
 from index.loaders.image import ImageLoader
 from index.loaders.mail import MailLoader
 from index.loaders.markdown import MarkdownLoader
+from index.loaders.ocr import OcrReader
 from index.loaders.pdf import PdfLoader
 from index.loaders.sheets import CsvLoader, ExcelLoader
 from index.loaders.slides import SlidesLoader
@@ -58,10 +59,14 @@ def loader_for(file_name: str) -> DocumentLoader:
 
 
 def load_document(
-    data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig | None = None
+    data: bytes,
+    file_name: str,
+    limits: LoaderLimits,
+    ocr: OcrConfig | OcrReader | None = None,
 ) -> Document:
     """Read ``data`` (the bytes of ``file_name``) into a validated Document, or refuse it;
-    ``ocr``: how scans are read (default: OcrConfig())."""
+    ``ocr``: how scans are read (default: OcrConfig()), with the
+    file's cancellation check when an OcrReader."""
     loader = loader_for(file_name)
     if len(data) > limits.max_bytes:
         raise FileTooLargeError(
@@ -69,7 +74,9 @@ def load_document(
             f"{len(data):,} bytes is more than limits.max_bytes ({limits.max_bytes:,})",
         )
     try:
-        return loader.load(data, file_name, limits, ocr or OcrConfig())
+        if not isinstance(ocr, OcrReader):
+            ocr = OcrReader(ocr or OcrConfig())
+        return loader.load(data, file_name, limits, ocr)
     except (DocumentRefusedError, MemoryError):
         raise
     except Exception as exc:  # parsers raise many types on hostile input (RecursionError ...)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from itertools import pairwise
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.errors import FileTooLargeError
 from index.text import clean_text, continues_sentence
 from index.types import Block, BlockKind, Document
+
+if TYPE_CHECKING:
+    from index.loaders.ocr import OcrReader
 
 BLOCK_SEPARATOR = "\n\n"
 
@@ -22,7 +25,7 @@ class DocumentLoader(Protocol):
     extensions: tuple[str, ...]
 
     def load(
-        self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig
+        self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader
     ) -> Document: ...
 
 

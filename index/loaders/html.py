@@ -6,8 +6,9 @@ from __future__ import annotations
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 from bs4.dammit import EncodingDetector
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder
+from index.loaders.ocr import OcrReader
 from index.loaders.tables import add_table, cell
 from index.loaders.text import decode_text
 from index.text import collapse_whitespace
@@ -77,7 +78,7 @@ class HtmlLoader:
     media_type = "text/html"
     extensions = (".html", ".htm", ".xhtml")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         declared = EncodingDetector.find_declared_encoding(data, is_html=True)
         soup = BeautifulSoup(decode_text(data, file_name, declared), "html.parser")
         for tag in soup.find_all(_is_hidden):

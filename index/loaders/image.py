@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import io
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.errors import FileTooLargeError, MalformedDocumentError
 from index.loaders.base import DocumentBuilder, paragraphs
-from index.loaders.ocr import OCR_MARK, check_ocr, check_pixels, read_image
+from index.loaders.ocr import OCR_MARK, OcrReader, check_pixels
 from index.types import Document
 
 _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "TIFF": "image/tiff"}
@@ -18,10 +18,10 @@ class ImageLoader:
     media_type = "image/*"
     extensions = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         from PIL import Image, ImageSequence, UnidentifiedImageError
 
-        check_ocr(file_name, ocr)
+        ocr.check(file_name)
         try:
             image = Image.open(io.BytesIO(data))  # reads the header only
         except UnidentifiedImageError as exc:
@@ -43,7 +43,7 @@ class ImageLoader:
         builder = DocumentBuilder(file_name, _FORMATS[image.format], limits)
         for number, frame in enumerate(ImageSequence.Iterator(image), start=1):
             check_pixels(frame.width, frame.height, file_name, limits)
-            text = read_image(frame.convert("L"), file_name, f"page {number}", ocr)
+            text = ocr.read(frame.convert("L"), file_name, f"page {number}")
             for paragraph in paragraphs(text):
                 builder.add(paragraph, "paragraph", (OCR_MARK,), page=number)
         return builder.build(page_count=frames)

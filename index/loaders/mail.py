@@ -8,9 +8,10 @@ from __future__ import annotations
 from email import policy
 from email.parser import BytesParser
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder, paragraphs
 from index.loaders.html import fragment_text
+from index.loaders.ocr import OcrReader
 from index.types import Document
 
 _TEXT_ATTACHMENTS = ("text/plain", "text/markdown", "text/csv", "text/html")
@@ -20,7 +21,7 @@ class MailLoader:
     media_type = "message/rfc822"
     extensions = (".eml",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         message = BytesParser(policy=policy.default).parsebytes(data)
         builder = DocumentBuilder(file_name, self.media_type, limits)
         subject = str(message.get("subject") or "").strip() or "(no subject)"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder
 from index.loaders.html import fragment_text
+from index.loaders.ocr import OcrReader
 from index.loaders.tables import add_table, cell
 from index.loaders.text import decode_text
 from index.text import collapse_whitespace
@@ -44,7 +45,7 @@ class MarkdownLoader:
     def __init__(self) -> None:
         self._parser = MarkdownIt("commonmark").enable("table")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         builder = DocumentBuilder(file_name, self.media_type, limits)
         tokens = self._parser.parse(decode_text(data, file_name))
         headings: list[tuple[int, str]] = []

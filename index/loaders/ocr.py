@@ -1,9 +1,9 @@
 """Text from page images through Tesseract (Debian's tesseract-ocr), one process per page.
 
 Each page's process runs on one core (OMP_THREAD_LIMIT=1) at the idle priority, so a scan
-being ingested leaves the CPU to answers first; a page is bounded in pixels and in time.
-Text read this way is marked in its heading path (OCR_MARK), so a citation says where its
-words came from.
+being ingested leaves the CPU to answers first; a page is bounded in pixels and in time,
+and the reading stops (its process killed) as soon as the file is deleted. Text read this way
+is marked in its heading path (OCR_MARK), so a citation says where its words came from.
 """
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 
 from index.config import LoaderLimits, OcrConfig
-from index.errors import FileTooLargeError, MalformedDocumentError, OcrUnavailableError
+from index.errors import (
+    FileTooLargeError,
+    IngestCancelledError,
+    MalformedDocumentError,
+    OcrUnavailableError,
+)
 
 OCR_MARK = "scanned, read by OCR"
 # Tesseract runs only when the CPU is otherwise idle (Linux's SCHED_IDLE, util-linux's chrt):
@@ -29,16 +35,11 @@ _IDLE = ["chrt", "--idle", "0"] if shutil.which("chrt") else ["nice", "-n", "19"
 _CPU_LIMIT = shutil.which("prlimit") is not None
 WAIT_FACTOR = 10
 _INSTALL = "apt-get install tesseract-ocr tesseract-ocr-fra (make setup does)"
+POLL_S = 0.5  # how often a page being read asks whether its file is still wanted
 
 
-def check_ocr(file_name: str, config: OcrConfig) -> None:
-    """Refuse before any work when this host cannot read scans as configured."""
-    if not config.enabled:
-        raise OcrUnavailableError(file_name, "this file needs OCR, and index.ocr.enabled is false")
-    if shutil.which("tesseract") is None:
-        raise OcrUnavailableError(
-            file_name, f"this file needs OCR, and Tesseract is not installed: {_INSTALL}"
-        )
+def _never() -> bool:
+    return False
 
 
 def check_pixels(width: int, height: int, file_name: str, limits: LoaderLimits) -> None:
@@ -50,41 +51,85 @@ def check_pixels(width: int, height: int, file_name: str, limits: LoaderLimits) 
         )
 
 
-def read_image(image, file_name: str, where: str, config: OcrConfig) -> str:
-    """The text of one PIL image (``where``: "page 3", for messages)."""
-    png = io.BytesIO()
-    image.save(png, format="PNG")
-    languages = "+".join(config.languages)
-    seconds = max(1, math.ceil(config.page_timeout_s))
-    limit = ["prlimit", f"--cpu={seconds}"] if _CPU_LIMIT else []
-    command = [*_IDLE, *limit, "tesseract", "stdin", "stdout", "-l", languages]
-    too_long = MalformedDocumentError(
-        file_name,
-        f"OCR of {where} took longer than index.ocr.page_timeout_s ({config.page_timeout_s:g} s "
-        "of CPU)",
-    )
-    try:
-        done = subprocess.run(
-            command,
-            input=png.getvalue(),
-            capture_output=True,
-            timeout=WAIT_FACTOR * config.page_timeout_s,
-            env={**os.environ, "OMP_THREAD_LIMIT": "1"},
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise OcrUnavailableError(file_name, f"Tesseract is not installed: {_INSTALL}") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise too_long from exc
-    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):  # over the CPU limit
-        raise too_long
-    message = done.stderr.decode("utf-8", "replace").strip()
-    if done.returncode != 0:
-        if "Failed loading language" in message:
+class OcrReader:
+    """Reads the page images of one file as ``config`` says; ``cancelled()`` is asked before
+    and while each page is read (a file deleted while it is ingested), and a true answer
+    stops the file with IngestCancelledError."""
+
+    def __init__(self, config: OcrConfig, cancelled: Callable[[], bool] = _never) -> None:
+        self.config, self.cancelled = config, cancelled
+
+    def check(self, file_name: str) -> None:
+        """Refuse before any work when this host cannot read scans as configured."""
+        if not self.config.enabled:
             raise OcrUnavailableError(
-                file_name,
-                f"a Tesseract language pack of index.ocr.languages ({languages}) is not "
-                "installed: apt-get install tesseract-ocr-<language>",
+                file_name, "this file needs OCR, and index.ocr.enabled is false"
             )
-        raise MalformedDocumentError(file_name, f"OCR failed on {where}: {message[-300:]}")
-    return done.stdout.decode("utf-8", "replace")
+        if shutil.which("tesseract") is None:
+            raise OcrUnavailableError(
+                file_name, f"this file needs OCR, and Tesseract is not installed: {_INSTALL}"
+            )
+
+    def read(self, image, file_name: str, where: str) -> str:
+        """The text of one PIL image (``where``: "page 3", for messages)."""
+        config = self.config
+        png = io.BytesIO()
+        image.save(png, format="PNG")
+        languages = "+".join(config.languages)
+        seconds = max(1, math.ceil(config.page_timeout_s))
+        limit = ["prlimit", f"--cpu={seconds}"] if _CPU_LIMIT else []
+        command = [*_IDLE, *limit, "tesseract", "stdin", "stdout", "-l", languages]
+        too_long = MalformedDocumentError(
+            file_name,
+            f"OCR of {where} took longer than index.ocr.page_timeout_s "
+            f"({config.page_timeout_s:g} s of CPU)",
+        )
+        self._stop_if_cancelled(file_name)
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+            )
+        except FileNotFoundError as exc:
+            raise OcrUnavailableError(file_name, f"Tesseract is not installed: {_INSTALL}") from exc
+        with process:
+            out, err = self._wait(process, png.getvalue(), config, file_name, too_long)
+        if process.returncode in (-signal.SIGXCPU, -signal.SIGKILL):  # over the CPU limit
+            raise too_long
+        message = err.decode("utf-8", "replace").strip()
+        if process.returncode != 0:
+            if "Failed loading language" in message:
+                raise OcrUnavailableError(
+                    file_name,
+                    f"a Tesseract language pack of index.ocr.languages ({languages}) is not "
+                    "installed: apt-get install tesseract-ocr-<language>",
+                )
+            raise MalformedDocumentError(file_name, f"OCR failed on {where}: {message[-300:]}")
+        return out.decode("utf-8", "replace")
+
+    def _wait(self, process, data: bytes, config: OcrConfig, file_name: str, too_long):
+        """(stdout, stderr) of the page's process; it is killed when the wait is over or the
+        file is no longer wanted."""
+        waited, wait_s = 0.0, WAIT_FACTOR * config.page_timeout_s
+        try:
+            while True:
+                try:
+                    return process.communicate(data, timeout=min(POLL_S, wait_s - waited))
+                except subprocess.TimeoutExpired:
+                    data, waited = None, waited + POLL_S
+                    if waited >= wait_s:
+                        raise too_long from None
+                    self._stop_if_cancelled(file_name)
+        except BaseException:
+            process.kill()
+            process.communicate()
+            raise
+
+    def _stop_if_cancelled(self, file_name: str) -> None:
+        if self.cancelled():
+            raise IngestCancelledError(
+                file_name, "deleted while it was being ingested; nothing of it was kept"
+            )

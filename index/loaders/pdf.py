@@ -18,7 +18,7 @@ from pypdf.errors import PyPdfError
 from index.config import LoaderLimits, OcrConfig
 from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocumentError
 from index.loaders.base import DocumentBuilder, measure, paragraphs
-from index.loaders.ocr import OCR_MARK, check_ocr, check_pixels, read_image
+from index.loaders.ocr import OCR_MARK, OcrReader, check_pixels
 from index.loaders.pdf_tables import PageTable, bands
 from index.loaders.tables import add_table
 from index.text import clean_text, collapse_whitespace
@@ -141,7 +141,7 @@ class PdfLoader:
     media_type = "application/pdf"
     extensions = (".pdf",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         if not data.lstrip()[:5].startswith(b"%PDF"):
             raise MalformedDocumentError(file_name, "not a PDF file (no %PDF header)")
         try:
@@ -165,8 +165,8 @@ class PdfLoader:
                 for index, page in enumerate(reader.pages):
                     starts_here = [entry for entry in outline if entry[0] == index]
                     text, mark = page.extract_text() or "", ()
-                    if ocr.enabled and _is_scan(page, text, ocr):
-                        check_ocr(file_name, ocr)
+                    if ocr.config.enabled and _is_scan(page, text, ocr.config):
+                        ocr.check(file_name)
                         scanned += 1
                         if scanned > limits.max_ocr_pages:
                             raise FileTooLargeError(
@@ -174,8 +174,8 @@ class PdfLoader:
                                 f"more than limits.max_ocr_pages ({limits.max_ocr_pages:,}) "
                                 "scanned pages to read by OCR",
                             )
-                        image = pages.image(index, ocr.dpi, file_name, limits)
-                        text = read_image(image, file_name, f"page {index + 1}", ocr)
+                        image = pages.image(index, ocr.config.dpi, file_name, limits)
+                        text = ocr.read(image, file_name, f"page {index + 1}")
                         pieces, mark = [text], (OCR_MARK,)
                     else:
                         pieces = pages.pieces(index, text) if text.strip() else [text]

@@ -9,9 +9,10 @@ import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.errors import FileTooLargeError
 from index.loaders.base import DocumentBuilder
+from index.loaders.ocr import OcrReader
 from index.loaders.ooxml import open_package
 from index.loaders.tables import cell, record_blocks, row_line
 from index.loaders.text import decode_text
@@ -71,7 +72,7 @@ class ExcelLoader:
     media_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
     extensions = (".xlsx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         from openpyxl import load_workbook
 
         package = open_package(data, file_name, limits, "Excel")
@@ -96,7 +97,7 @@ class CsvLoader:
     media_type = "text/csv"
     extensions = (".csv", ".tsv")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         text = decode_text(data, file_name)
         sample = text[:8192]
         try:

@@ -4,9 +4,10 @@ Markdown tables) and, marked as such, the speaker notes."""
 
 from __future__ import annotations
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.errors import FileTooLargeError
 from index.loaders.base import DocumentBuilder
+from index.loaders.ocr import OcrReader
 from index.loaders.ooxml import open_package
 from index.loaders.tables import add_table, cell
 from index.types import Document
@@ -18,7 +19,7 @@ class SlidesLoader:
     media_type = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
     extensions = (".pptx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         from pptx import Presentation
 
         deck = Presentation(open_package(data, file_name, limits, "PowerPoint"))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from charset_normalizer import from_bytes
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.errors import MalformedDocumentError
 from index.loaders.base import DocumentBuilder, paragraphs
+from index.loaders.ocr import OcrReader
 from index.types import Document
 
 WESTERN = "cp1252"
@@ -43,7 +44,7 @@ class TextLoader:
     media_type = "text/plain"
     extensions = (".txt", ".text")
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         builder = DocumentBuilder(file_name, self.media_type, limits)
         for paragraph in paragraphs(decode_text(data, file_name)):
             builder.add(paragraph, "paragraph")

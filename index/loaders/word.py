@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
-from index.config import LoaderLimits, OcrConfig
+from index.config import LoaderLimits
 from index.loaders.base import DocumentBuilder
+from index.loaders.ocr import OcrReader
 from index.loaders.ooxml import open_package
 from index.loaders.tables import add_table, cell
 from index.types import Document
@@ -27,7 +28,7 @@ class WordLoader:
     media_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     extensions = (".docx",)
 
-    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrConfig) -> Document:
+    def load(self, data: bytes, file_name: str, limits: LoaderLimits, ocr: OcrReader) -> Document:
         import docx
         from docx.table import Table
         from docx.text.paragraph import Paragraph

@@ -96,6 +96,14 @@ class Uploads:
             raise DocumentNotFoundError(f"no file {doc_id!r} in this tenant", param="file_id")
         return UploadRecord(*found)
 
+    def pending(self, doc_id: str) -> bool:
+        """Whether the upload is still being ingested (not deleted, not finished)."""
+        with self.shard.transaction() as db:
+            row = db.execute(
+                "SELECT 1 FROM uploads WHERE doc_id = ? AND status = 'in_progress'", (doc_id,)
+            )
+            return row.fetchone() is not None
+
     def unfinished(self) -> list[UploadRecord]:
         """Uploads being ingested, and refused ones (listed with the files, so that the reason
         stays visible), oldest first."""

@@ -21,7 +21,7 @@ from index.loaders.ocr import OCR_MARK
 from serve.keys import KeyStore
 from tests.appliances import free_port, tiny_appliance_config
 from tests.conftest import CORPUS
-from tests.documents import format_files
+from tests.documents import format_files, scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MINUTE_BUDGET, DAY_BUDGET = 2000, 3000
@@ -226,6 +226,51 @@ def test_every_format_uploaded_through_the_api_is_searched_and_given_to_the_mode
     with pytest.raises(openai.BadRequestError, match=r"lease-copy\.docx"):
         api.files.create(file=("lease-copy.docx", damaged), purpose="assistants")
     assert {f.filename for f in api.files.list().data} == set(files)
+
+
+def tesseract_processes() -> list[str]:
+    running = []
+    for process in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # it may end while it is looked at
+            if (process / "comm").read_text().strip() == "tesseract":
+                running.append(process.name)
+    return running
+
+
+def test_a_scan_deleted_while_it_is_read_stops_its_ocr(appliance):
+    """Deleting an upload whose scanned pages are being read ends its Tesseract process at
+    once, instead of reading the remaining pages for nothing; the upload's own request is
+    answered 409 with the reason, and nothing of the file is kept."""
+    api = client(appliance, "umbrella")
+    before = {f.id for f in api.files.list().data}
+    page = ["Page of a long delivery note that nobody needs any more: pallets, crates."] * 8
+    scan = scanned_pdf([page] * 40)
+    answered: list[BaseException | object] = []
+
+    def upload():
+        try:
+            answered.append(api.files.create(file=("long-scan.pdf", scan), purpose="assistants"))
+        except openai.APIStatusError as exc:
+            answered.append(exc)
+
+    uploading = threading.Thread(target=upload)
+    uploading.start()
+    for _ in range(120):  # its first pages are being read
+        if tesseract_processes():
+            break
+        time.sleep(0.25)
+    assert tesseract_processes()
+    [reading] = [f for f in api.files.list().data if f.id not in before]
+    assert reading.status == "uploaded"
+    api.files.delete(reading.id)
+    uploading.join(timeout=20)  # 40 pages take minutes; the stop takes a poll (0.5 s)
+    assert not uploading.is_alive()
+    assert isinstance(answered[0], openai.ConflictError), answered
+    assert "deleted while it was being ingested" in str(answered[0])
+    assert not tesseract_processes()
+    time.sleep(1)
+    assert not tesseract_processes()  # and no page after it
+    assert {f.id for f in api.files.list().data} == before
 
 
 def test_a_question_longer_than_the_window_is_400_naming_the_limit(appliance):

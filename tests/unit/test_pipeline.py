@@ -106,3 +106,25 @@ def test_batches_write_every_document_once(fake_service):
     results = list(pipeline.ingest(sources))
     assert [r.status for r in results] == ["added"] * 10
     assert counts(fake_service, "acme") == (10, 10, 10)
+
+
+def test_a_scan_deleted_while_it_is_read_stops_and_leaves_nothing(fake_service):
+    from tests.documents import scanned_pdf
+
+    pipeline = fake_service.pipeline("acme")
+    pages = [["The first page of the delivery note."], ["The second page."]] * 2
+    asked = []
+
+    def cancelled(doc_id):
+        asked.append(doc_id)
+        return len(asked) > 1  # deleted once the first page has been read
+
+    files = [SourceFile.from_bytes(b"kept text", "kept.txt"),
+             SourceFile.from_bytes(scanned_pdf(pages), "note.pdf", doc_id="note")]  # fmt: skip
+    results = {r.file_name: r for r in pipeline.ingest(files, cancelled)}
+    kept, stopped = results["kept.txt"], results["note.pdf"]
+    assert kept.status == "added"
+    assert (stopped.status, stopped.refusal_status) == ("refused", 409)
+    assert "deleted while it was being ingested" in stopped.reason
+    assert set(asked) == {"note"} and len(asked) == 2  # not one page more
+    assert counts(fake_service, "acme") == (1, 1, 1)

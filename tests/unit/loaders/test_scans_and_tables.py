@@ -9,11 +9,12 @@ from index.config import LoaderLimits, OcrConfig
 from index.errors import (
     DocumentRefusedError,
     FileTooLargeError,
+    IngestCancelledError,
     MalformedDocumentError,
     OcrUnavailableError,
 )
 from index.loaders import load_document
-from index.loaders.ocr import OCR_MARK
+from index.loaders.ocr import OCR_MARK, OcrReader
 from tests.documents import make_pdf, scan_image, scanned_pdf, table_pdf
 
 pytestmark = pytest.mark.unit
@@ -66,9 +67,7 @@ def test_a_scanned_pdf_is_read_by_ocr_page_by_page_and_marked():
 
 
 def test_a_pdf_with_a_text_layer_is_not_sent_to_ocr(monkeypatch):
-    import index.loaders.pdf as pdf
-
-    monkeypatch.setattr(pdf, "read_image", lambda *a: pytest.fail("OCR of a text page"))
+    monkeypatch.setattr(OcrReader, "read", lambda *a: pytest.fail("OCR of a text page"))
     load_document(make_pdf([[(None, ARM)]]), "text.pdf", LIMITS)
 
 
@@ -88,6 +87,38 @@ def test_each_frame_of_a_tiff_is_a_page():
     document = load_document(out.getvalue(), "fax.tiff", LIMITS)
     assert document.page_count == 2
     assert [page for *_, page, _ in blocks(document)] == [1, 2]
+
+
+def test_a_deleted_file_stops_being_read_between_pages():
+    asked = []
+
+    def cancelled():  # the file is deleted once its first page has been read
+        asked.append(1)
+        return len(asked) > 1
+
+    reader = OcrReader(OcrConfig(), cancelled)
+    with pytest.raises(IngestCancelledError, match="deleted") as stopped:
+        load_document(scanned_pdf([[CONTRACT], [ARM], [ARM]]), "scan.pdf", LIMITS, reader)
+    assert stopped.value.status == 409
+    assert len(asked) == 2  # page 1 asked once before its process; page 2 stopped before its own
+
+
+def test_a_page_being_read_is_killed_when_its_file_is_deleted(monkeypatch):
+    import index.loaders.ocr as ocr
+
+    started = []
+    popen = ocr.subprocess.Popen
+
+    def record(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(ocr.subprocess, "Popen", record)
+    monkeypatch.setattr(ocr, "POLL_S", 0.01)  # a 300-dpi page takes Tesseract far longer
+    reader = OcrReader(OcrConfig(), lambda: bool(started))
+    with pytest.raises(IngestCancelledError):
+        reader.read(scan_image([CONTRACT, ARM] * 8), "scan.png", "page 1")
+    assert started[0].returncode == -9  # killed, and waited for (no zombie)
 
 
 def test_ocr_is_refused_with_the_reason_where_it_cannot_run(monkeypatch):
