@@ -23,22 +23,17 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from index.config import DEFAULT_EMBEDDER
 from index.errors import (
     DocumentNotFoundError,
     EmbedderChangedError,
-    GroundedError,
-    InvalidRequestError,
 )
 from index.pipeline import IngestResult, SourceFile, doc_id_for
 from index.service import IndexService
@@ -46,34 +41,23 @@ from index.store.collections import VectorStoreCatalog
 from index.store.shard import TenantShard
 from index.store.uploads import Uploads
 from index.types import SearchHit
-from serve import api, openapi, routes
+from serve.app import create_app
 from serve.config import AppConfig
 from serve.gateway import Gateway
-from serve.generator import (
-    ChatTokenizer,
-    EngineStats,
-    GenerationChunk,
-    GeneratorUnavailableError,
-    VllmGenerator,
-)
+from serve.generator import ChatTokenizer, EngineStats, VllmGenerator
 from serve.guard import RequestGuard
 from serve.keys import KeyStore
 from serve.metrics import metrics
 from serve.models import resolve_model
+from serve.query.generation import GenerationChunk
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import PrecomputedQuery, SearchParams, for_embedder, search_shard
 from serve.query_cache import QueryEmbeddingCache
 from serve.resources import deployment_options, engine_kwargs
-from serve.routes import chat, embeddings, files, responses, vector_stores
+from serve.tenant_shards import TenantShards, check_catalog_operation
 from serve.tracing import setup_tracing
 
 log = logging.getLogger("grounded")
-
-CATALOG_OPERATIONS = frozenset({
-    "create_store", "get_store", "list_stores", "update_store", "delete_store", "attach",
-    "create_batch", "get_batch", "list_store_files", "get_store_file",
-    "update_store_file_attributes", "detach", "matching_members",
-})  # fmt: skip
 
 
 # --- Embedder ---------------------------------------------------------------------------
@@ -366,13 +350,12 @@ class Shards:
         shard = await self._shard()
         await asyncio.to_thread(shard.delete_document, doc_id)
 
-    async def catalog(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """One VectorStoreCatalog operation (index/store/collections.py) on the calling
-        tenant's shard: the vector stores live in its database."""
-        if method not in CATALOG_OPERATIONS:
-            raise ValueError(f"not a catalog operation: {method}")
+    async def catalog(self, operation, *args: Any, **kwargs: Any) -> Any:
+        """One VectorStoreCatalog method (index/store/collections.py) on the calling
+        tenant's shard: the vector stores live in its database (serve/tenant_shards.py)."""
+        check_catalog_operation(operation)
         shard = await self._shard()
-        return await asyncio.to_thread(getattr(VectorStoreCatalog(shard), method), *args, **kwargs)
+        return await asyncio.to_thread(operation, VectorStoreCatalog(shard), *args, **kwargs)
 
     async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
         shard = await self._shard()
@@ -547,89 +530,12 @@ class RemoteGenerator:
 
 # --- Ingress ----------------------------------------------------------------------------
 
-app = FastAPI(
-    title="Grounded",
-    description="Answers from your own documents, with checked citations (OpenAI-compatible).",
-)
-for resource in (chat, responses, files, vector_stores, embeddings):
-    app.include_router(resource.router)
-openapi.install(app)
-
-
-@app.exception_handler(GroundedError)
-async def _grounded_error(request: Request, exc: GroundedError) -> JSONResponse:
-    # Raised in another deployment, it arrives wrapped (a RayTaskError that is also an
-    # instance of the original class); answer with the original.
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, GroundedError):
-        exc = cause
-    return api.error_response(exc)
-
-
-@app.exception_handler(RequestValidationError)
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-    if first.get("type") == "json_invalid":
-        return api.error_response(InvalidRequestError("the request body is not valid JSON"))
-    field = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-    message = first["msg"].removeprefix("Value error, ")
-    return api.error_response(InvalidRequestError(f"{field}: {message}", param=field))
-
-
-@app.exception_handler(StarletteHTTPException)
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """Unknown paths and methods answer with OpenAI's error object too."""
-    if exc.status_code == 404:
-        message = f"no route {request.method} {request.url.path}; the API is described at /docs"
-    else:
-        message = f"{request.method} {request.url.path}: {exc.detail}"
-    error = InvalidRequestError(message)
-    error.status = exc.status_code
-    return api.error_response(error)
-
-
-def _replica_failed(exc: BaseException) -> bool:
-    """A deployment's replica died or is restarting (Serve brings it back)."""
-    from ray.exceptions import ActorUnavailableError, RayActorError
-
-    return isinstance(exc, RayActorError | ActorUnavailableError)
-
-
-@app.middleware("http")
-async def _request_id(request: Request, call_next):
-    request_id = request.headers.get("x-request-id") or "req-" + uuid.uuid4().hex[:24]
-    request.state.request_id = request_id
-    started = time.perf_counter()
-    try:
-        guard = routes.guard()
-        if guard is not None:  # the key and the size, before the body is read
-            request.state.api_key = guard.check(request.method, request.url.path, request.headers)
-        response = await call_next(request)
-    except GroundedError as exc:
-        response = api.error_response(exc, request_id)
-    except Exception as exc:  # unexpected: logged with the id, never a traceback to clients
-        log.exception("request %s %s failed", request_id, request.url.path)
-        error = GroundedError(f"internal error; see the server log for request {request_id}")
-        if _replica_failed(exc):
-            error = GeneratorUnavailableError(
-                f"a server component is restarting; retry shortly (request {request_id})"
-            )
-            error.retry_after = 5
-        response = api.error_response(error, request_id)
-    # A bounded label: the route's template, never the raw path (a scanner's random paths).
-    route = request.scope.get("route")
-    label = route.path if route is not None else "unmatched"
-    metrics().requests.inc(tags={"route": label, "status": str(response.status_code)})
-    metrics().latency.observe(time.perf_counter() - started, tags={"route": label})
-    log.info("%s %s %s %d", request_id, request.method, label, response.status_code)
-    return response
-
 
 @serve.deployment
-@serve.ingress(app)
+@serve.ingress()
 class Ingress:
-    """The HTTP entry: FastAPI with the routers of serve/routes/, over one Gateway (keys,
-    budgets, fair admission, accounting) built here from the other deployments' handles."""
+    """The HTTP entry: the app of serve/app.py over one Gateway (keys, budgets, fair
+    admission, accounting) built here from the other deployments' handles."""
 
     def __init__(
         self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
@@ -641,10 +547,14 @@ class Ingress:
         judge = RemoteReranker(reranker) if reranker is not None else None
         pipeline = QueryPipeline(RemoteSearcher(embedder, shards), remote, config.query, judge)
         gateway = Gateway(
-            config, keys, pipeline, remote, embedder, shards,
+            config, keys, pipeline, remote, embed=lambda texts: embedder.embed.remote(texts),
+            tenant_shards=partial(TenantShards, shards),
             model_name=config.generator.model or model_folder,
         )  # fmt: skip
-        routes.bind(gateway, RequestGuard(keys, config.index.limits.max_bytes))
+        self.http = create_app(gateway, RequestGuard(keys, config.index.limits.max_bytes))
+
+    def __serve_build_asgi_app__(self):  # Serve asks for the app once the replica is built
+        return self.http
 
 
 # --- The application --------------------------------------------------------------------

@@ -25,12 +25,27 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from index.config import IndexConfig
 from index.errors import ConfigError
 from serve.budgets import BudgetsConfig
-from serve.generator import GeneratorConfig
-from serve.query.pipeline import QueryConfig
+from serve.query.config import QueryConfig
 from serve.resources import gpu_packing, gpu_requests
 from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
+
+
+class GeneratorConfig(BaseModel):
+    """``model`` is a local Hugging Face model folder. ``engine_kwargs`` are vLLM's own options
+    (CPU needs a KV-cache size, e.g. ``kv_cache_memory_bytes``; GPU sets
+    ``gpu_memory_utilization``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(
+        "qwen2.5-0.5b", description="A name from `grounded models list`, or a local model folder."
+    )
+    max_model_len: int = Field(4096, gt=0)
+    max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
+    temperature: float = Field(0.0, ge=0.0)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class DeploymentOptions(BaseModel):

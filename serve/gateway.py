@@ -14,20 +14,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import Request
 
 from index.errors import GroundedError, InvalidRequestError
+from index.store.collections import VectorStoreCatalog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
 from serve.fairness import FairQueue
-from serve.generator import GeneratorUnavailableError
 from serve.keys import ApiKey, KeyStore
 from serve.metrics import metrics
 from serve.query.admission import Grant, Usage
+from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.retrieval import SearchFilter
 from serve.response_store import ResponseStore
+from serve.tenant_shards import TenantShards
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,18 +53,21 @@ async def _final(stream) -> Answer:
 
 
 class Gateway:
+    """``generator``: its tokenizer (counts); ``embed(texts)``: (vectors, tokens) from the
+    embedder; ``tenant_shards(tenant)``: that tenant's shard (serve/tenant_shards.py)."""
+
     def __init__(
         self,
         config: AppConfig,
         keys: KeyStore,
         pipeline: QueryPipeline,
         generator,
-        embedder,
-        shards,
+        embed: Callable[[list[str]], Awaitable[tuple[np.ndarray, int]]],
+        tenant_shards: Callable[[str], TenantShards],
         model_name: str,
     ) -> None:
         self.config, self.keys, self.pipeline = config, keys, pipeline
-        self.generator, self.embedder, self.shards = generator, embedder, shards
+        self.generator, self._embed, self.tenant_shards = generator, embed, tenant_shards
         self.model_name = model_name
         # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
         self.embedding_model = Path(config.index.embedder.model).name
@@ -79,9 +85,9 @@ class Gateway:
         key.require(scope)
         return key
 
-    def shards_for(self, tenant: str):
-        """The Shards deployment, routed to the replica holding ``tenant``'s shard."""
-        return self.shards.options(multiplexed_model_id=tenant)
+    def shards_for(self, tenant: str) -> TenantShards:
+        """``tenant``'s shard: the Shards deployment, routed to the replica holding it."""
+        return self.tenant_shards(tenant)
 
     def admission(self, key: ApiKey, grants: list[Grant]):
         """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot: for
@@ -220,8 +226,8 @@ class Gateway:
                     param="filters",
                 )
             return None, {}
-        members = await self.shards_for(tenant).catalog.remote(
-            "matching_members", store_ids, filters
+        members = await self.shards_for(tenant).catalog(
+            VectorStoreCatalog.matching_members, store_ids, filters
         )
         return SearchFilter(doc_ids=tuple(members)), members
 
@@ -239,7 +245,7 @@ class Gateway:
             raise
         tokens = 0
         try:
-            vectors, tokens = await self.embedder.embed.remote(texts)
+            vectors, tokens = await self._embed(texts)
         finally:
             await asyncio.to_thread(self.ledger.settle, lease, tokens)
         await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=tokens)

@@ -11,45 +11,13 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from index.errors import ConfigError, GroundedError
+from index.errors import ConfigError
+from serve.config import GeneratorConfig
+from serve.query.generation import GenerationChunk, GeneratorUnavailableError
 
 log = logging.getLogger(__name__)
-
-
-class GeneratorConfig(BaseModel):
-    """``model`` is a local Hugging Face model folder. ``engine_kwargs`` are vLLM's own options
-    (CPU needs a KV-cache size, e.g. ``kv_cache_memory_bytes``; GPU sets
-    ``gpu_memory_utilization``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = Field(
-        "qwen2.5-0.5b", description="A name from `grounded models list`, or a local model folder."
-    )
-    max_model_len: int = Field(4096, gt=0)
-    max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
-    temperature: float = Field(0.0, ge=0.0)
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-
-class GeneratorUnavailableError(GroundedError):
-    status = 503
-    type = "service_unavailable"
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationChunk:
-    """One streamed delta; the last one has ``finish_reason`` and the usage counts."""
-
-    text: str
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -92,34 +60,6 @@ def _recorder_factory(stats: EngineStats):
             pass
 
     return _Recorder
-
-
-class Generator(Protocol):
-    """What the query pipeline needs from a generator (VllmGenerator, or a fake in tests)."""
-
-    max_model_len: int
-    special_tokens: Sequence[str]
-
-    def count(self, text: str) -> int: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def render(self, messages: list[dict[str, str]]) -> list[int]: ...
-
-    def stream(
-        self,
-        token_ids: list[int],
-        *,
-        max_tokens: int,
-        cache_salt: str,
-        request_id: str = "",
-        priority: int = 0,
-        json_schema: dict[str, Any] | None = None,
-    ) -> AsyncIterator[GenerationChunk]: ...
-
-    async def next_token_logprobs(
-        self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
-    ) -> dict[int, float]: ...
 
 
 class ChatTokenizer:

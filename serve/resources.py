@@ -16,8 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from serve.config import AppConfig, ServeConfig
-    from serve.generator import GeneratorConfig
+    from serve.config import AppConfig, GeneratorConfig, ServeConfig
 
 # vLLM's max_num_seqs when the engine is started from Python (usage context unknown).
 VLLM_DEFAULT_MAX_NUM_SEQS = 128

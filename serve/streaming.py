@@ -14,7 +14,7 @@ from typing import Any
 
 from index.errors import GroundedError
 from serve import api
-from serve.generator import GeneratorUnavailableError
+from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import Answer
 
 log = logging.getLogger("grounded")

@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from serve.generator import GenerationChunk
+from serve.query.generation import GenerationChunk
 
 _WORD = re.compile(r"\S+|\s+")
 

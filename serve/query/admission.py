@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from serve.generator import GenerationChunk, Generator
+from serve.query.generation import GenerationChunk, Generator
 from serve.query.rerank import GeneratorReranker
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from serve.generator import Generator
+from serve.query.generation import Generator
 from serve.query.prompt import PromptBuilder, Turn
 
 Condense = Literal["none", "recent", "generator"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from index.types import SearchHit
-from serve.generator import GenerationChunk, Generator
 from serve.query.admission import (
     Admission,
     AdmittedGenerator,
@@ -28,6 +27,7 @@ from serve.query.compound import answered_apart, question_parts, two_part_note
 from serve.query.condense import condense_query
 from serve.query.config import QueryConfig
 from serve.query.gate import EvidenceGate, not_found_message
+from serve.query.generation import GenerationChunk, Generator
 from serve.query.language import detect_language
 from serve.query.prompt import (
     SYSTEM_RULES,

@@ -37,7 +37,6 @@ from typing import Any
 import jiter
 
 from index.screening import WITHHELD
-from serve.generator import Generator
 from serve.query.amounts import amount_missing, numbers_in
 from serve.query.citations import (
     SUPPORTED,
@@ -49,6 +48,7 @@ from serve.query.citations import (
     support,
 )
 from serve.query.gate import is_not_found
+from serve.query.generation import Generator
 from serve.query.language import detect_language
 from serve.query.prompt import PromptBuilder, Source, source_text
 from serve.query.rerank import yes_no_tokens, yes_probability

@@ -22,7 +22,7 @@ from index.config import ScreenConfig
 from index.errors import ConfigError
 from index.screening import JUDGE_QUESTION, InstructionJudge
 from index.types import SearchHit
-from serve.generator import Generator
+from serve.query.generation import Generator
 from serve.query.prompt import PromptBuilder
 from serve.query.rows import best_rows, row_views
 

@@ -17,7 +17,7 @@ router = APIRouter()
 
 @router.post("/v1/chat/completions", response_model=None, responses=openapi.CHAT)
 async def chat(request: Request, body: api.ChatRequest):
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     api.check_model(body.model, service.embedding_model)
     request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")

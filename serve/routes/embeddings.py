@@ -19,14 +19,14 @@ async def health() -> dict[str, str]:
 
 @router.get("/v1/models", response_model=None, responses=openapi.MODELS)
 async def models(request: Request) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     service.key(request, "query")
     return objects.models_list(service.model_name, service.embedding_model)
 
 
 @router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
 async def embeddings(request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     objects.check_embedding_model(body.model, service.embedding_model)
     vectors, tokens = await service.embed(key, body.texts())

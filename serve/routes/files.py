@@ -21,10 +21,10 @@ router = APIRouter()
 async def _file(request: Request, scope: str, file_id: str):
     """The caller's file (a document, or an upload being ingested), or 404: another tenant's
     ids are answered exactly like ids that never existed."""
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, scope)
     try:
-        return key, await service.shards_for(key.tenant).file.remote(file_id)
+        return key, await service.shards_for(key.tenant).file(file_id)
     except DocumentNotFoundError:
         raise DocumentNotFoundError(f"no such file: {file_id}") from None
 
@@ -38,7 +38,7 @@ async def upload(
     file: UploadFile = File(...),  # noqa: B008
     purpose: str = Form("assistants"),  # accepted as OpenAI clients send it; not used
 ) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "ingest")
     limit = service.config.index.limits.max_bytes
     data = await file.read(limit + 1)
@@ -53,7 +53,7 @@ async def upload(
         error.status = 413
         raise error
     wait_s = service.config.serve.upload_wait_s
-    result, record = await service.shards_for(key.tenant).upload.remote(name, data, wait_s)
+    result, record = await service.shards_for(key.tenant).upload(name, data, wait_s)
     if result is not None and result.status == "refused":
         raise objects.refusal(result)
     return objects.file_object(record)  # processed, or still being ingested ("uploaded")
@@ -69,9 +69,9 @@ async def files(
 ) -> dict[str, Any]:
     """OpenAI's file list: newest first by default, up to 10,000 a page (the spec's bounds).
     Every file here is an ``assistants`` file: another ``purpose`` lists none."""
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
-    documents, uploads = await service.shards_for(key.tenant).files.remote()
+    documents, uploads = await service.shards_for(key.tenant).files()
     listed = [objects.file_object(r) for r in [*documents, *uploads]]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
@@ -88,14 +88,12 @@ async def file(request: Request, file_id: str) -> dict[str, Any]:
 async def file_content(request: Request, file_id: str, format: str = "original"):
     """The file as uploaded; ``?format=text``: its text as stored (extracted from PDF and
     HTML), of which citation URLs give character ranges (``#char=start,end``)."""
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     if format not in ("original", "text"):
         raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
     try:
-        kind, *found = await service.shards_for(key.tenant).content.remote(
-            file_id, format == "text"
-        )
+        kind, *found = await service.shards_for(key.tenant).content(file_id, format == "text")
     except DocumentNotFoundError:
         raise DocumentNotFoundError(f"no such file: {file_id}") from None
     if kind == "text":
@@ -109,5 +107,5 @@ async def file_content(request: Request, file_id: str, format: str = "original")
 @router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
 async def delete(request: Request, file_id: str) -> dict[str, Any]:
     key, _ = await _file(request, "ingest", file_id)
-    await gateway().shards_for(key.tenant).delete.remote(file_id)
+    await gateway(request).shards_for(key.tenant).delete(file_id)
     return {"id": file_id, "object": "file", "deleted": True}

@@ -41,7 +41,7 @@ def _input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @router.post("/v1/responses", response_model=None, responses=openapi.RESPONSE)
 async def create_response(request: Request, body: ResponseRequest):
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     api.check_model(body.model, service.embedding_model)
     question, turns = conversation(body.items())
@@ -89,7 +89,7 @@ async def create_response(request: Request, body: ResponseRequest):
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=openapi.RESPONSE)
 async def get_response(request: Request, response_id: str) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     return await asyncio.to_thread(service.responses.get, key.tenant, response_id)
 
@@ -98,7 +98,7 @@ async def get_response(request: Request, response_id: str) -> dict[str, Any]:
     "/v1/responses/{response_id}", response_model=None, responses=openapi.RESPONSE_DELETED
 )
 async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     await asyncio.to_thread(service.responses.delete, key.tenant, response_id)
     return {"id": response_id, "object": "response", "deleted": True}
@@ -114,7 +114,7 @@ async def input_items(
     order: str = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     items = await asyncio.to_thread(service.responses.input_items, key.tenant, response_id)
     return objects.cursor_page(items, limit=limit, order=order, after=after)

@@ -11,18 +11,22 @@ search) is also accepted wherever a store is searched.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
 from index.errors import InvalidRequestError
 from index.store.collection_types import FileSpec
+from index.store.collections import VectorStoreCatalog as Catalog
 from serve import api, objects, openapi
 from serve.query.pipeline import QueryOptions
 from serve.routes import gateway
 
 router = APIRouter()
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ObjectName = Literal["vector_store", "vector_store.file", "vector_store.files_batch"]
 
@@ -77,11 +81,17 @@ class BatchCreate(BaseModel):
     chunking_strategy: dict[str, Any] | None = None
 
 
-async def catalog(request: Request, scope: str, method: str, *args: Any, **kwargs: Any):
+async def catalog(
+    request: Request,
+    scope: str,
+    operation: Callable[Concatenate[Catalog, P], R],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> R:
     """A VectorStoreCatalog call on the caller's tenant shard (after the key's check)."""
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, scope)
-    return await service.shards_for(key.tenant).catalog.remote(method, *args, **kwargs)
+    return await service.shards_for(key.tenant).catalog(operation, *args, **kwargs)
 
 
 def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -89,7 +99,7 @@ def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, An
     equal to it, is what a file gets; another static strategy is refused, not ignored."""
     if strategy is None or strategy.get("type") == "auto":
         return strategy
-    chunker = gateway().config.index.chunker
+    chunker = gateway(request).config.index.chunker
     static = strategy.get("static") or {}
     wanted = (static.get("max_chunk_size_tokens"), static.get("chunk_overlap_tokens"))
     if strategy.get("type") != "static" or wanted != (chunker.size, chunker.overlap):
@@ -107,7 +117,7 @@ def _object(record: Any, name: ObjectName, request: Request) -> dict[str, Any]:
     if name == "vector_store" and body["expires_after"] is None:
         del body["expires_after"]  # the spec types it as an object: absent, not null
     if name == "vector_store.file":
-        chunker = gateway().config.index.chunker
+        chunker = gateway(request).config.index.chunker
         static = {"max_chunk_size_tokens": chunker.size, "chunk_overlap_tokens": chunker.overlap}
         body["chunking_strategy"] = {"type": "static", "static": static}
         body["grounded"] = {"batch_id": body.pop("batch_id"), "filename": body.pop("file_name")}
@@ -123,7 +133,7 @@ def _page(page: Any, name: ObjectName, request: Request) -> dict[str, Any]:
 @router.post("/v1/vector_stores", response_model=None, responses=openapi.VECTOR_STORE)
 async def create_store(request: Request, body: StoreCreate) -> dict[str, Any]:
     record = await catalog(
-        request, "ingest", "create_store", name=body.name, metadata=body.metadata,
+        request, "ingest", Catalog.create_store, name=body.name, metadata=body.metadata,
         expires_after=body.expires_after, file_ids=body.file_ids,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
@@ -139,20 +149,30 @@ async def list_stores(
     before: str | None = None,
 ) -> dict[str, Any]:
     page = await catalog(
-        request, "query", "list_stores", limit=limit, order=order, after=after, before=before
+        request,
+        "query",
+        Catalog.list_stores,
+        limit=limit,
+        order=order,
+        after=after,
+        before=before,
     )
     return _page(page, "vector_store", request)
 
 
 @router.get("/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE)
 async def get_store(request: Request, store_id: str) -> dict[str, Any]:
-    return _object(await catalog(request, "query", "get_store", store_id), "vector_store", request)
+    return _object(
+        await catalog(request, "query", Catalog.get_store, store_id),
+        "vector_store",
+        request,
+    )
 
 
 @router.post("/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE)
 async def update_store(request: Request, store_id: str, body: StoreUpdate) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True)
-    record = await catalog(request, "ingest", "update_store", store_id, **changes)
+    record = await catalog(request, "ingest", Catalog.update_store, store_id, **changes)
     return _object(record, "vector_store", request)
 
 
@@ -160,7 +180,7 @@ async def update_store(request: Request, store_id: str, body: StoreUpdate) -> di
     "/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE_DELETED
 )
 async def delete_store(request: Request, store_id: str) -> dict[str, Any]:
-    await catalog(request, "ingest", "delete_store", store_id)
+    await catalog(request, "ingest", Catalog.delete_store, store_id)
     return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
 
@@ -169,7 +189,7 @@ async def delete_store(request: Request, store_id: str) -> dict[str, Any]:
 )
 async def attach_file(request: Request, store_id: str, body: StoreFileCreate) -> dict[str, Any]:
     [record] = await catalog(
-        request, "ingest", "attach", store_id, [body.file_id], attributes=body.attributes,
+        request, "ingest", Catalog.attach, store_id, [body.file_id], attributes=body.attributes,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
     return _object(record, "vector_store.file", request)
@@ -187,7 +207,7 @@ async def list_files(
     before: str | None = None,
     filter: str | None = None,
 ) -> dict[str, Any]:
-    page = await catalog(request, "query", "list_store_files", store_id, limit=limit,
+    page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter)  # fmt: skip
     return _page(page, "vector_store.file", request)
 
@@ -198,7 +218,7 @@ async def list_files(
     responses=openapi.STORE_FILE,
 )
 async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
-    record = await catalog(request, "query", "get_store_file", store_id, file_id)
+    record = await catalog(request, "query", Catalog.get_store_file, store_id, file_id)
     return _object(record, "vector_store.file", request)
 
 
@@ -211,7 +231,12 @@ async def update_file(
     request: Request, store_id: str, file_id: str, body: StoreFileUpdate
 ) -> dict[str, Any]:
     record = await catalog(
-        request, "ingest", "update_store_file_attributes", store_id, file_id, body.attributes
+        request,
+        "ingest",
+        Catalog.update_store_file_attributes,
+        store_id,
+        file_id,
+        body.attributes,
     )
     return _object(record, "vector_store.file", request)
 
@@ -222,7 +247,7 @@ async def update_file(
     responses=openapi.STORE_FILE_DELETED,
 )
 async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
-    await catalog(request, "ingest", "detach", store_id, file_id)
+    await catalog(request, "ingest", Catalog.detach, store_id, file_id)
     return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
 
@@ -233,10 +258,10 @@ async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str
 )
 async def file_content(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     """The file's text as Grounded stores it (what its chunks index), one text part."""
-    await catalog(request, "query", "get_store_file", store_id, file_id)  # a member, or 404
-    service = gateway()
+    await catalog(request, "query", Catalog.get_store_file, store_id, file_id)  # a member, or 404
+    service = gateway(request)
     key = service.key(request, "query")
-    text = await service.shards_for(key.tenant).text.remote(file_id)
+    text = await service.shards_for(key.tenant).text(file_id)
     return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text}],
             "has_more": False, "next_page": None}  # fmt: skip
 
@@ -252,7 +277,7 @@ async def create_batch(request: Request, store_id: str, body: BatchCreate) -> di
     if not files:
         raise InvalidRequestError("a batch needs file_ids (or files)", param="file_ids")
     record = await catalog(
-        request, "ingest", "create_batch", store_id, files, attributes=body.attributes,
+        request, "ingest", Catalog.create_batch, store_id, files, attributes=body.attributes,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
     return _object(record, "vector_store.files_batch", request)
@@ -264,7 +289,7 @@ async def create_batch(request: Request, store_id: str, body: BatchCreate) -> di
     responses=openapi.BATCH,
 )
 async def get_batch(request: Request, store_id: str, batch_id: str) -> dict[str, Any]:
-    record = await catalog(request, "query", "get_batch", store_id, batch_id)
+    record = await catalog(request, "query", Catalog.get_batch, store_id, batch_id)
     return _object(record, "vector_store.files_batch", request)
 
 
@@ -276,7 +301,7 @@ async def get_batch(request: Request, store_id: str, batch_id: str) -> dict[str,
 async def cancel_batch(request: Request, store_id: str, batch_id: str) -> dict[str, Any]:
     """A batch is complete when it is created (its files are already embedded): nothing is
     left to cancel, and the batch is returned as it is."""
-    record = await catalog(request, "ingest", "get_batch", store_id, batch_id)
+    record = await catalog(request, "ingest", Catalog.get_batch, store_id, batch_id)
     return _object(record, "vector_store.files_batch", request)
 
 
@@ -295,8 +320,8 @@ async def batch_files(
     before: str | None = None,
     filter: str | None = None,
 ) -> dict[str, Any]:
-    await catalog(request, "query", "get_batch", store_id, batch_id)  # a batch of this store
-    page = await catalog(request, "query", "list_store_files", store_id, limit=limit,
+    await catalog(request, "query", Catalog.get_batch, store_id, batch_id)  # a batch of this store
+    page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter,
                          batch_id=batch_id)  # fmt: skip
     return _page(page, "vector_store.file", request)
@@ -306,7 +331,7 @@ async def batch_files(
 async def search(request: Request, store_id: str, body: api.SearchRequest) -> dict[str, Any]:
     """Retrieval only, in OpenAI's shape: over a vector store (OpenAI's filters on its files'
     attributes), or over ``vs_<tenant>``, the whole document set (the extension filters)."""
-    service = gateway()
+    service = gateway(request)
     key = service.key(request, "query")
     query = body.text()
     threshold = body.ranking_options.score_threshold if body.ranking_options else None
@@ -331,7 +356,5 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
         key.tenant, query, options, admit=service.admission(key, [])
     )
     if not attributes:  # the whole document set: the files' upload attributes
-        attributes = await service.shards_for(key.tenant).attributes.remote(
-            [h.doc_id for h in hits]
-        )
+        attributes = await service.shards_for(key.tenant).attributes([h.doc_id for h in hits])
     return objects.search_page(body.query, hits, attributes, provenance=body.grounded)

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from serve.generator import GeneratorConfig, VllmGenerator
+from serve.config import GeneratorConfig
+from serve.generator import VllmGenerator
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
 from serve.query.rerank import GeneratorReranker, RerankConfig

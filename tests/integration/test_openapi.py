@@ -8,7 +8,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_the_openapi_document_describes_every_request_body():
-    from serve.appliance import app
+    from serve.app import create_app
+
+    app = create_app(None)
 
     paths = app.openapi()["paths"]
     for path in ("/v1/chat/completions", "/v1/embeddings",

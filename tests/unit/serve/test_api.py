@@ -21,9 +21,9 @@ from index.errors import (
 )
 from index.types import SearchHit
 from serve import api, objects
-from serve.generator import GeneratorUnavailableError
 from serve.query.budget import ContextLengthError
 from serve.query.citations import check_citations
+from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import Answer, Usage
 from serve.query.prompt import canonical_order
 from tests.openai_schema import chunk_conforms, conforms

@@ -13,7 +13,7 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 from index.errors import InvalidRequestError
-from serve.generator import GeneratorUnavailableError
+from serve.query.generation import GeneratorUnavailableError
 from serve.query.prompt import Turn
 from serve.responses import ResponseRequest, ResponseShape, conversation, response_events
 from tests.openai_schema import conforms

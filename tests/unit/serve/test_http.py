@@ -1,0 +1,365 @@
+"""The HTTP layer in-process: serve/app.py's create_app over a real Gateway (keys, budgets,
+fair admission, accounting, the query pipeline) whose deployments are replaced by in-process
+stand-ins: the tenant shards of an IndexService with the hashing embedder, and a scripted
+generator. Every route module is driven through FastAPI's TestClient, without Ray or vLLM;
+the integration tests keep the real stack where the stack is what they test."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from index.errors import GroundedError
+from index.pipeline import SourceFile, doc_id_for
+from index.service import IndexService
+from index.store.collections import VectorStoreCatalog
+from index.testing import HashingEmbedder
+from serve.app import create_app
+from serve.config import load_config
+from serve.gateway import Gateway
+from serve.guard import JSON_BODY_LIMIT, RequestGuard
+from serve.keys import KeyStore
+from serve.query.generation import GeneratorUnavailableError
+from serve.query.pipeline import QueryPipeline
+from serve.query.retrieval import LocalSearcher
+from serve.testing import ScriptedGenerator
+
+pytestmark = pytest.mark.unit
+
+LEAVE = b"Annual leave is 27 days per calendar year for every employee."
+REPLY = "Annual leave is 27 days per calendar year [1]."
+ASKED = "How many days of annual leave?"
+QUESTION = {"model": "grounded", "messages": [{"role": "user", "content": ASKED}]}
+
+
+class InProcessShards:
+    """serve/tenant_shards.py's TenantShards over an IndexService in this process: uploads
+    are ingested at once."""
+
+    def __init__(self, service: IndexService, tenant: str) -> None:
+        self.service, self.tenant = service, tenant
+        self.shard = service.shard(tenant, create=True)
+
+    async def upload(self, file_name: str, data: bytes, wait_s: float):
+        doc_id = doc_id_for(f"upload:{self.tenant}:{file_name}")
+        source = SourceFile.from_bytes(data, file_name, doc_id=doc_id)
+        [result] = self.service.pipeline_for(self.shard).ingest([source])
+        if result.status == "refused":
+            return result, None
+        return result, self.shard.get_document(doc_id)
+
+    async def files(self):
+        return self.shard.list_documents(), []
+
+    async def file(self, doc_id: str):
+        return self.shard.get_document(doc_id)
+
+    async def text(self, doc_id: str) -> str:
+        return self.shard.document_text(doc_id)
+
+    async def content(self, doc_id: str, as_text: bool):
+        return "text", self.shard.document_text(doc_id)
+
+    async def delete(self, doc_id: str) -> None:
+        self.shard.delete_document(doc_id)
+
+    async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
+        return {r.doc_id: r.attributes for r in self.shard.list_documents() if r.doc_id in doc_ids}
+
+    async def catalog(self, operation, *args, **kwargs):
+        return operation(VectorStoreCatalog(self.shard), *args, **kwargs)
+
+
+class FailingGenerator(ScriptedGenerator):
+    """Streams the first words of its reply, then its engine fails."""
+
+    async def stream(self, token_ids, **kwargs):
+        count = 0
+        async for chunk in super().stream(token_ids, **kwargs):
+            if count == 3:
+                raise RuntimeError("the engine died")
+            count += 1
+            yield chunk
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(app factory, secrets by name); ``initech`` may use 400 tokens a minute."""
+    config = load_config(
+        None,
+        data_dir=str(tmp_path / "data"),
+        budgets={"tenants": {"initech": {"tokens_per_minute": 400}}},
+    )
+    service = IndexService(config.index, config.data_dir, embedder=HashingEmbedder()).start()
+    keys = KeyStore(config.data_dir)
+    secrets = {
+        "acme": keys.create("acme", ["query", "ingest"])[1],
+        "acme-read": keys.create("acme", ["query"])[1],
+        "globex": keys.create("globex", ["query", "ingest"])[1],
+        "initech": keys.create("initech", ["query", "ingest"])[1],
+    }
+    for tenant in ("acme", "globex", "initech"):  # the Shards deployment opens them on first use
+        service.shard(tenant, create=True)
+    embedder = HashingEmbedder()
+
+    async def embed(texts: list[str]) -> tuple[np.ndarray, int]:
+        return embedder.embed_documents(texts), sum(len(t.split()) for t in texts)
+
+    def build(generator=None) -> TestClient:
+        generator = generator or ScriptedGenerator(REPLY)
+        pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+        gateway = Gateway(config, keys, pipeline, generator, embed,
+                          lambda tenant: InProcessShards(service, tenant), "grounded")  # fmt: skip
+        guard = RequestGuard(keys, config.index.limits.max_bytes)
+        return TestClient(create_app(gateway, guard), raise_server_exceptions=False)
+
+    yield build, secrets
+    service.close()
+
+
+def auth(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"}
+
+
+def upload(client: TestClient, secret: str, name: str = "leave.txt", data: bytes = LEAVE):
+    return client.post("/v1/files", headers=auth(secret), files={"file": (name, data)},
+                       data={"purpose": "assistants"})  # fmt: skip
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    return body["error"]
+
+
+def v1_routes(app) -> list[tuple[str, str]]:
+    return sorted((method, route.path) for route in app.routes
+                  for method in getattr(route, "methods", ()) or ()
+                  if route.path.startswith("/v1/") and method != "HEAD")  # fmt: skip
+
+
+def test_every_v1_route_refuses_a_request_without_a_key(world):
+    build, _ = world
+    client = build()
+    routes = v1_routes(client.app)
+    assert len(routes) >= 25  # chat, responses, files, vector stores, embeddings, models
+    modules = {
+        route.endpoint.__module__ for route in client.app.routes if hasattr(route, "endpoint")
+    }
+    assert {f"serve.routes.{m}" for m in
+            ("chat", "responses", "files", "vector_stores", "embeddings")} <= modules  # fmt: skip
+    for method, path in routes:
+        response = client.request(method, path.replace("{", "x").replace("}", ""))
+        assert response.status_code == 401, (method, path, response.text)
+        assert "API key" in error_of(response)["message"] or "key" in error_of(response)["message"]
+
+
+def test_a_query_key_may_ask_but_not_ingest(world):
+    build, secrets = world
+    client = build()
+    refused = upload(client, secrets["acme-read"])
+    assert refused.status_code == 403 and error_of(refused)["type"] == "permission_denied"
+    assert "ingest" in error_of(refused)["message"]
+    assert client.get("/v1/files", headers=auth(secrets["acme-read"])).json()["data"] == []
+
+
+def test_an_uploaded_file_is_answered_from_and_cited(world):
+    build, secrets = world
+    client = build()
+    created = upload(client, secrets["acme"])
+    assert created.status_code == 200 and created.json()["status"] == "processed"
+    answered = client.post("/v1/chat/completions", headers=auth(secrets["acme"]), json=QUESTION)
+    assert answered.status_code == 200, answered.text
+    body = answered.json()
+    assert body["choices"][0]["message"]["content"].startswith("Annual leave is 27 days")
+    assert [s["file_id"] for s in body["grounded"]["sources"]] == [created.json()["id"]]
+    assert body["usage"]["completion_tokens"] > 0
+    assert body["id"].startswith("chatcmpl-")
+
+
+def test_a_tenant_never_sees_another_tenants_files(world):
+    build, secrets = world
+    client = build()
+    file_id = upload(client, secrets["acme"]).json()["id"]
+    globex = auth(secrets["globex"])
+    for path in (f"/v1/files/{file_id}", f"/v1/files/{file_id}/content"):
+        response = client.get(path, headers=globex)
+        assert response.status_code == 404 and file_id in error_of(response)["message"]
+    assert client.delete(f"/v1/files/{file_id}", headers=globex).status_code == 404
+    assert client.get("/v1/files", headers=globex).json()["data"] == []
+    answered = client.post("/v1/chat/completions", headers=globex, json=QUESTION).json()
+    assert answered["grounded"]["sources"] == []  # nothing of acme's to answer from
+    assert client.get(f"/v1/files/{file_id}", headers=auth(secrets["acme"])).status_code == 200
+
+
+def test_files_and_vector_stores_round_trip(world):
+    build, secrets = world
+    client, acme = build(), auth(secrets["acme"])
+    file_id = upload(client, secrets["acme"]).json()["id"]
+    content = client.get(f"/v1/files/{file_id}/content", headers=acme)
+    assert content.status_code == 200 and "27 days" in content.text
+    store = client.post("/v1/vector_stores", headers=acme,
+                        json={"name": "hr", "file_ids": [file_id]}).json()  # fmt: skip
+    assert store["object"] == "vector_store" and store["file_counts"]["total"] == 1
+    found = client.post(f"/v1/vector_stores/{store['id']}/search", headers=acme,
+                        json={"query": "annual leave"}).json()  # fmt: skip
+    assert [hit["file_id"] for hit in found["data"]][:1] == [file_id]
+    listed = client.get(f"/v1/vector_stores/{store['id']}/files", headers=acme).json()
+    assert [f["id"] for f in listed["data"]] == [file_id]
+    gone = client.get(f"/v1/vector_stores/{store['id']}", headers=auth(secrets["globex"]))
+    assert gone.status_code == 404  # another tenant's store does not exist for it
+    assert client.delete(f"/v1/files/{file_id}", headers=acme).json()["deleted"] is True
+    assert client.get(f"/v1/files/{file_id}", headers=acme).status_code == 404
+
+
+def test_models_embeddings_and_responses(world):
+    build, secrets = world
+    client, acme = build(), auth(secrets["acme"])
+    upload(client, secrets["acme"])
+    models = client.get("/v1/models", headers=acme).json()
+    assert "grounded" in {m["id"] for m in models["data"]}
+    model = models["data"][-1]["id"]
+    embedded = client.post("/v1/embeddings", headers=acme, json={"model": model, "input": ["a b"]})
+    assert embedded.status_code == 200, embedded.text
+    assert embedded.json()["usage"]["prompt_tokens"] == 2
+    created = client.post(
+        "/v1/responses",
+        headers=acme,
+        json={"model": "grounded", "input": "How many days of annual leave?"},
+    )
+    assert created.status_code == 200, created.text
+    response_id = created.json()["id"]
+    assert "27 days" in json.dumps(created.json()["output"])
+    assert client.get(f"/v1/responses/{response_id}", headers=acme).status_code == 200
+    other = client.get(f"/v1/responses/{response_id}", headers=auth(secrets["globex"]))
+    assert other.status_code == 404
+    assert client.delete(f"/v1/responses/{response_id}", headers=acme).status_code == 200
+
+
+def test_a_budget_spent_is_429_with_retry_after_and_the_next_tenant_unaffected(world):
+    build, secrets = world
+    client = build()
+    upload(client, secrets["initech"])
+    question = {**QUESTION, "max_tokens": 20}
+    statuses = []
+    for _ in range(6):  # 400 tokens a minute: a few questions, then the window is spent
+        response = client.post("/v1/chat/completions", headers=auth(secrets["initech"]),
+                               json=question)  # fmt: skip
+        statuses.append(response.status_code)
+    assert statuses[0] == 200 and statuses[-1] == 429, (statuses, response.text)
+    refused = response
+    assert error_of(refused)["type"] == "rate_limit_exceeded"
+    assert int(refused.headers["retry-after"]) > 0
+    assert "tokens_per_minute" in error_of(refused)["message"]
+    other = client.post("/v1/chat/completions", headers=auth(secrets["acme"]), json=question)
+    assert other.status_code == 200
+    too_big = client.post("/v1/chat/completions", headers=auth(secrets["initech"]),
+                          json={**QUESTION, "max_tokens": 1000})  # fmt: skip
+    assert too_big.status_code == 400  # more than a whole window: waiting would not help
+    assert error_of(too_big)["param"] == "max_tokens"
+
+
+def test_a_stream_that_breaks_ends_with_an_error_event(world):
+    build, secrets = world
+    client = build(FailingGenerator(REPLY))
+    upload(client, secrets["acme"])
+    with client.stream("POST", "/v1/chat/completions", headers=auth(secrets["acme"]),
+                       json={**QUESTION, "stream": True}) as response:  # fmt: skip
+        assert response.status_code == 200  # the failure comes after the first bytes
+        events = [line.removeprefix("data: ") for line in response.iter_lines() if line]
+    assert events[-1] != "[DONE]"
+    last = json.loads(events[-1])
+    assert set(last["error"]) == {"message", "type", "param", "code"}
+    assert "internal error" in last["error"]["message"] or "request" in last["error"]["message"]
+
+
+def test_bad_requests_are_400s_naming_what_was_wrong(world):
+    build, secrets = world
+    client, acme = build(), auth(secrets["acme"])
+    not_json = client.post("/v1/chat/completions", headers={**acme, "content-type":
+                           "application/json"}, content=b"{not json")  # fmt: skip
+    assert not_json.status_code == 400 and "not valid JSON" in error_of(not_json)["message"]
+    empty = client.post("/v1/chat/completions", headers=acme, json={"model": "grounded"})
+    assert empty.status_code == 400 and error_of(empty)["param"] == "messages"
+    unknown = client.post("/v1/chat/completions", headers=acme,
+                          json={**QUESTION, "model": "gpt-4o"})  # fmt: skip
+    assert unknown.status_code == 404 and "gpt-4o" in error_of(unknown)["message"]
+    nowhere = client.get("/v1/nowhere", headers=acme)
+    assert nowhere.status_code == 404 and "no route GET /v1/nowhere" in error_of(nowhere)["message"]
+    huge = client.post("/v1/embeddings", headers=acme, json={"input": "a" * (JSON_BODY_LIMIT + 1)})
+    assert huge.status_code == 413 and "bytes" in error_of(huge)["message"]
+
+
+def all_errors(base=GroundedError):
+    for sub in base.__subclasses__():
+        yield sub
+        yield from all_errors(sub)
+
+
+def make(cls, message: str) -> GroundedError:
+    for args, kwargs in (((message,), {}), (("a.pdf", message), {}),  # a file, then why
+                         ((message,), {"reason": "test"})):  # fmt: skip
+        try:
+            return cls(*args, **kwargs)
+        except TypeError:
+            continue
+    raise AssertionError(f"cannot build {cls}")
+
+
+def raise_in_gateway(monkeypatch, exc: GroundedError) -> None:
+    async def ask(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(Gateway, "ask", ask)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["raised", "raised-in-a-deployment"])
+def test_every_error_class_reaches_the_client_with_its_status_and_type(world, monkeypatch, wrapped):
+    """The mapping of serve/app.py: each GroundedError (index/errors.py and the serve ones)
+    is answered with its own status and OpenAI type; one raised in another deployment
+    arrives wrapped (the cause is answered); anything else is a 500 naming the request."""
+    build, secrets = world
+    classes = set(all_errors())
+    assert len(classes) >= 20
+    for cls in classes:
+        exc = make(cls, "what was wrong")
+        if wrapped:  # as Ray wraps it: an instance of the class, the original as its cause
+            wrapper = make(type("Wrapped", (cls,), {}), "wrapper message")
+            wrapper.cause = exc
+            exc = wrapper
+        raise_in_gateway(monkeypatch, exc)
+        response = build().post("/v1/chat/completions", headers=auth(secrets["acme"]),
+                                json=QUESTION)  # fmt: skip
+        assert response.status_code == cls.status, cls
+        error = error_of(response)
+        assert error["type"] == cls.type and error["message"].endswith("what was wrong"), cls
+
+
+def test_an_unexpected_failure_is_a_500_naming_the_request_never_a_traceback(world, monkeypatch):
+    build, secrets = world
+
+    async def ask(*args, **kwargs):
+        raise KeyError("secret internals")
+
+    monkeypatch.setattr(Gateway, "ask", ask)
+    response = build().post(
+        "/v1/chat/completions",
+        json=QUESTION,
+        headers={**auth(secrets["acme"]), "x-request-id": "req-mine"},
+    )
+    assert response.status_code == 500
+    assert (
+        error_of(response)["message"] == "internal error; see the server log for request req-mine"
+    )
+    assert "secret" not in response.text
+
+
+def test_the_generator_starting_is_503_service_unavailable(world, monkeypatch):
+    build, secrets = world
+    raise_in_gateway(monkeypatch, GeneratorUnavailableError("the engine is starting"))
+    response = build().post("/v1/chat/completions", headers=auth(secrets["acme"]), json=QUESTION)
+    assert response.status_code == 503 and error_of(response)["type"] == "service_unavailable"
+    assert "starting" in error_of(response)["message"]
