@@ -45,13 +45,14 @@ from benchmarks.redteam.sets import SETS
 from benchmarks.retrieval_quality import CACHE
 from index.pipeline import discover
 from index.service import IndexService
+from index.types import SearchHit
 from serve.config import load_config
 from serve.generator import VllmGenerator
 from serve.models import resolve_model
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.prompt import PromptBuilder
-from serve.query.quotes import CHECK_SYSTEM, CHECK_USER
+from serve.query.prompt import PromptBuilder, Source, source_text
+from serve.query.quotes import CHECK_SYSTEM, CHECK_USER, AnswerCheck
 from serve.query.rerank import (
     RerankConfig,
     single_tokens,
@@ -82,9 +83,9 @@ CHECK_SYSTEM_SPOTLIT = (
 )
 CHECK_USER_SPOTLIT = CHECK_USER.replace("Source:\n{source}\n", "<source>\n{source}\n</source>\n")
 RED_TEAM = SETS
-# The shipped check (serve.query.quotes.AnswerCheck) reads the cited chunk: "chunk" here, with
-# the chunk's stored text (the shipped check leaves withheld passages out). "quote": the same
-# question about the quoted sentence alone.
+# The shipped check (serve.query.quotes.AnswerCheck) reads the cited chunk: "chunk" here, built
+# by AnswerCheck itself. The others are variants of it: "quote", the same question about the
+# quoted sentence alone; ...
 READINGS = {
     "chunk": CHECK_USER,
     "quote": CHECK_USER.replace("Source:", "Sentence:").replace("the source", "the sentence"),
@@ -107,13 +108,13 @@ def _normalise(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-async def cited_chunk(pipeline, tenant: str, question: str, quote: str) -> str | None:
+async def cited_chunk(pipeline, tenant: str, question: str, quote: str) -> SearchHit | None:
     """The first candidate whose text holds the quote: the chunk the answer cited, unless the
     quote is in two overlapping chunks (then possibly its neighbour; h2-19 scored 0.86 here and
     0.36 on the chunk it cited, which lacks the answer). The live runs (redteam/run.py, eval)
     are the reference; this is for choosing a threshold without re-generating the answers."""
     hits = await pipeline.retrieve(tenant, question, QueryOptions(top_k=40, gate=False))
-    return next((h.text for h in hits if _normalise(quote) in _normalise(h.text)), None)
+    return next((h for h in hits if _normalise(quote) in _normalise(h.text)), None)
 
 
 def choices(generator, reading: str) -> tuple[frozenset[int], frozenset[int]]:
@@ -126,17 +127,22 @@ def choices(generator, reading: str) -> tuple[frozenset[int], frozenset[int]]:
 
 
 async def support(
-    generator, reading: str, evidence: str, question: str, answer: str, quote: str = ""
+    generator, reading: str, evidence: SearchHit | str, question: str, answer: str, quote: str = ""
 ) -> float:
-    """P(yes) of the check in ``reading`` (READINGS, SYSTEMS) about ``evidence``, everything
-    the document or the model wrote escaped as the shipped prompts escape it."""
-    escape = PromptBuilder(generator.special_tokens).escape
-    user = READINGS[reading].format(source=escape(evidence), question=escape(question),
-                                    answer=escape(answer), quote=escape(quote))  # fmt: skip
-    system = SYSTEMS.get(reading, CHECK_SYSTEM)
-    prompt = generator.render(
-        [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    )
+    """P(yes) of the check in ``reading`` (READINGS, SYSTEMS) about ``evidence`` (the cited
+    hit, or the quoted sentence), everything the document or the model wrote escaped as the
+    shipped prompts escape it. "chunk" is the shipped check's own conversation (AnswerCheck:
+    withheld passages left out, as the product sends it)."""
+    if reading == "chunk" and isinstance(evidence, SearchHit):
+        messages = AnswerCheck(generator, 0.0).messages(question, answer, Source(1, evidence))
+    else:
+        escape = PromptBuilder(generator.special_tokens).escape
+        text = evidence if isinstance(evidence, str) else source_text(evidence, withhold=True)
+        user = READINGS[reading].format(source=escape(text), question=escape(question),
+                                        answer=escape(answer), quote=escape(quote))  # fmt: skip
+        system = SYSTEMS.get(reading, CHECK_SYSTEM)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    prompt = generator.render(messages)
     return await yes_probability(generator, prompt, choices(generator, reading), "answer-check")
 
 
