@@ -49,16 +49,11 @@ from index.types import SearchHit
 from serve.config import load_config
 from serve.generator import VllmGenerator
 from serve.models import resolve_model
+from serve.query.judging import RerankConfig, single_tokens, yes_no_tokens, yes_probability
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
 from serve.query.prompt import PromptBuilder, Source, source_text
 from serve.query.quotes import CHECK_SYSTEM, CHECK_USER, AnswerCheck
-from serve.query.rerank import (
-    RerankConfig,
-    single_tokens,
-    yes_no_tokens,
-    yes_probability,
-)
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,8 +34,9 @@ from index.service import IndexService
 from serve.config import load_config
 from serve.eval.run import load_questions
 from serve.models import fetch
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.rerankers import OnnxCrossEncoderReranker
 
 ROOT = Path(__file__).resolve().parent.parent
 

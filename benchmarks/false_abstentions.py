@@ -26,9 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from index.service import IndexService
 from serve.config import load_config
 from serve.eval.run import load_questions
+from serve.query.judging import judge_threshold
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import judge_threshold
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,8 +32,9 @@ from index.service import IndexService
 from serve.config import load_config
 from serve.eval.run import Evaluator, load_questions, summarize
 from serve.models import fetch, models_dir
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig, QueryPipeline
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.rerankers import OnnxCrossEncoderReranker
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,7 @@ async def main() -> None:
     parser.add_argument("--candidates", type=int, default=20, help="candidates the judge reads")
     parser.add_argument("--windows", default="start",
                         help="what the judge reads of a pair longer than --max-tokens: start "
-                        "and/or query (serve/query/rerank.py)")  # fmt: skip
+                        "and/or query (serve/query/rerankers.py)")  # fmt: skip
     parser.add_argument(
         "--judge-only",
         action="store_true",

@@ -32,7 +32,8 @@ from index.config import LoaderLimits
 from index.loaders import load_document
 from index.screening import find_instructions, withhold_instructions
 from serve.config import load_config
-from serve.query.rerank import cross_encoder, instruction_scorer
+from serve.query.instruction_judge import instruction_scorer
+from serve.query.rerankers import cross_encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,8 +26,8 @@ from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
 from serve.eval.run import Evaluator, load_questions, summarize
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig, QueryPipeline
-from serve.query.rerank import RerankConfig
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -184,7 +184,7 @@ class Shards:
     async def _service(self) -> IndexService:
         if self.service is None:
             from index.service import Embedders
-            from serve.query.rerank import instruction_judge
+            from serve.query.instruction_judge import instruction_judge
 
             remote = Embedders(self.config.index, lambda c: HandleEmbedder(self.embedder, c))
             judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
@@ -405,7 +405,7 @@ class Reranker:
     """The cross-encoder reranker (query.rerank.backend: cross-encoder); CUDA when present."""
 
     def __init__(self, config: AppConfig) -> None:
-        from serve.query.rerank import judge
+        from serve.query.rerankers import judge
 
         self.reranker = judge(config.query.rerank).start()
 

@@ -62,7 +62,7 @@ def start(
 
     resolve_model(config.generator.model, config.data_dir)  # fail before Ray starts
     if config.query.rerank.backend == "cross-encoder":
-        from serve.query.rerank import cross_encoder
+        from serve.query.rerankers import cross_encoder
 
         cross_encoder(config.query.rerank.model or "")  # the judge is fetched, or say how
     settings = config.serve

@@ -35,7 +35,7 @@ from serve.models import resolve_model
 from serve.query.gate import not_found_message
 from serve.query.pipeline import QueryPipeline
 from serve.query.prompt import PromptBuilder
-from serve.query.rerank import GeneratorReranker
+from serve.query.rerankers import GeneratorReranker
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

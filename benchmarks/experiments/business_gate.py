@@ -34,9 +34,10 @@ from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
 from serve.models import fetch
+from serve.query.judging import RerankConfig
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.rerankers import OnnxCrossEncoderReranker
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

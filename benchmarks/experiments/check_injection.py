@@ -30,9 +30,9 @@ from index.types import SearchHit
 from serve.config import load_config
 from serve.generator import VllmGenerator
 from serve.models import resolve_model
+from serve.query.instruction_judge import instruction_judge
 from serve.query.prompt import Source
 from serve.query.quotes import QuotedReply, grounded
-from serve.query.rerank import instruction_judge
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,9 @@ from benchmarks.retrieval_quality import CACHE, build_tenant
 from index.service import IndexService
 from serve.config import load_config
 from serve.eval.run import load_questions
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.rerankers import OnnxCrossEncoderReranker
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

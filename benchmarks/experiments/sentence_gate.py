@@ -38,9 +38,10 @@ from serve.config import load_config
 from serve.eval.run import load_questions
 from serve.models import fetch
 from serve.query.citations import sentence_spans
+from serve.query.judging import RerankConfig
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import OnnxCrossEncoderReranker, RerankConfig
+from serve.query.rerankers import OnnxCrossEncoderReranker
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from pathlib import Path
 from benchmarks.redteam.run import TENANT, set_config
 from benchmarks.redteam.sets import SETS
 from index.service import IndexService
+from serve.query.judging import judge_threshold
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import judge_threshold
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

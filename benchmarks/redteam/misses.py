@@ -23,9 +23,9 @@ from benchmarks.redteam.run import TENANT
 from index.service import IndexService
 from serve.config import load_config
 from serve.models import fetch
+from serve.query.judging import judge_threshold
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
-from serve.query.rerank import judge_threshold
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent.parent

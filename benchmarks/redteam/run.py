@@ -35,8 +35,8 @@ from serve.config import load_config
 from serve.eval.metrics import answer_matches
 from serve.generator import VllmGenerator
 from serve.models import fetch, resolve_model
+from serve.query.instruction_judge import instruction_judge
 from serve.query.pipeline import QueryPipeline
-from serve.query.rerank import instruction_judge
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

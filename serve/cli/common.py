@@ -48,7 +48,7 @@ class _State:
 
     def index(self) -> IndexService:
         if self.service is None:
-            from serve.query.rerank import instruction_judge
+            from serve.query.instruction_judge import instruction_judge
 
             judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
             self.service = IndexService(self.config.index, self.config.data_dir,

@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from serve.query.generation import GenerationChunk, Generator
-from serve.query.rerank import GeneratorReranker
+from serve.query.rerankers import GeneratorReranker
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve.query.condense import Condense
-from serve.query.rerank import RerankConfig
+from serve.query.judging import RerankConfig
 from serve.query.retrieval import Fusion, SearchMode
 
 

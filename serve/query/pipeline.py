@@ -28,6 +28,7 @@ from serve.query.condense import condense_query
 from serve.query.config import QueryConfig
 from serve.query.gate import EvidenceGate, not_found_message
 from serve.query.generation import GenerationChunk, Generator
+from serve.query.judging import Reranker, judge_threshold
 from serve.query.language import detect_language
 from serve.query.prompt import (
     SYSTEM_RULES,
@@ -45,13 +46,8 @@ from serve.query.quotes import (
     quote_reservation,
 )
 from serve.query.relevance import scored
-from serve.query.rerank import (
-    GeneratorReranker,
-    Reranker,
-    build_reranker,
-    judge_threshold,
-    rerank,
-)
+from serve.query.rerank import rerank
+from serve.query.rerankers import GeneratorReranker, build_reranker
 from serve.query.retrieval import Searcher, SearchFilter, SearchParams
 from serve.tracing import Stopwatch, tracer
 

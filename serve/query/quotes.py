@@ -49,9 +49,9 @@ from serve.query.citations import (
 )
 from serve.query.gate import is_not_found
 from serve.query.generation import Generator
+from serve.query.judging import yes_no_tokens, yes_probability
 from serve.query.language import detect_language
 from serve.query.prompt import PromptBuilder, Source, source_text
-from serve.query.rerank import yes_no_tokens, yes_probability
 from serve.query.rows import row_views
 
 QUOTED_RULES = """You are Grounded, an assistant that answers questions from the organisation's \

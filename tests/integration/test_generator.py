@@ -10,9 +10,10 @@ import pytest
 
 from serve.config import GeneratorConfig
 from serve.generator import VllmGenerator
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
-from serve.query.rerank import GeneratorReranker, RerankConfig
+from serve.query.rerankers import GeneratorReranker
 from serve.query.retrieval import LocalSearcher
 from tests.conftest import CORPUS
 from tests.tiny_model import build_tiny_model

@@ -11,7 +11,8 @@ import pytest
 from index.errors import ConfigError
 from index.types import SearchHit
 from serve.models import fetch
-from serve.query.rerank import OnnxCrossEncoderReranker, cross_encoder, rerank
+from serve.query.rerank import rerank
+from serve.query.rerankers import OnnxCrossEncoderReranker, cross_encoder
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,8 @@ def test_a_query_window_reads_the_answer_that_a_cut_at_the_start_loses():
 def test_the_screen_flags_with_the_judge_what_the_keywords_miss():
     from index.config import ScreenConfig
     from index.screening import find_instructions
-    from serve.query.rerank import RerankConfig, instruction_judge
+    from serve.query.instruction_judge import instruction_judge
+    from serve.query.judging import RerankConfig
 
     folder = str(fetch("ms-marco-minilm-l12", REPO / "data"))
     judge = instruction_judge(
@@ -102,7 +104,8 @@ def test_the_screen_flags_with_the_judge_what_the_keywords_miss():
 
 def test_a_screen_judge_without_a_cross_encoder_is_refused_with_the_fix():
     from index.config import ScreenConfig
-    from serve.query.rerank import RerankConfig, instruction_judge
+    from serve.query.instruction_judge import instruction_judge
+    from serve.query.judging import RerankConfig
 
     with pytest.raises(ConfigError, match=r"index\.screen\.judge uses the relevance judge"):
         instruction_judge(ScreenConfig(judge=True), RerankConfig(backend="none"))
@@ -111,7 +114,8 @@ def test_a_screen_judge_without_a_cross_encoder_is_refused_with_the_fix():
 
 def test_a_sentence_screen_score_does_not_depend_on_its_neighbours():
     from index.screening import JUDGE_QUESTION
-    from serve.query.rerank import RerankConfig, instruction_scorer
+    from serve.query.instruction_judge import instruction_scorer
+    from serve.query.judging import RerankConfig
 
     folder = str(fetch("ms-marco-minilm-l12", REPO / "data"))
     scorer = instruction_scorer(RerankConfig(backend="cross-encoder", model=folder))

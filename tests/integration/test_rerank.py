@@ -8,7 +8,9 @@ import pytest
 
 from index.errors import ConfigError
 from index.types import SearchHit
-from serve.query.rerank import CrossEncoderReranker, RerankConfig, build_reranker, rerank
+from serve.query.judging import RerankConfig
+from serve.query.rerank import rerank
+from serve.query.rerankers import CrossEncoderReranker, build_reranker
 from serve.testing import ScriptedGenerator
 
 pytestmark = pytest.mark.integration
@@ -39,7 +41,7 @@ def hit(chunk_id: str, text: str) -> SearchHit:
 def test_cross_encoder_orders_hits_by_its_own_scores(cross_encoder):
     from sentence_transformers import CrossEncoder
 
-    from serve.query.rerank import cross_encoder as reranker_for
+    from serve.query.rerankers import cross_encoder as reranker_for
 
     passages = ["Annual leave is 27 days.", "The pump needs oil.", "Sick leave at 09:30."]
     reranker = reranker_for(str(cross_encoder), device="cpu")

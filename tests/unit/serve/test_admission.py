@@ -7,10 +7,10 @@ import pytest
 from index.errors import RateLimitError
 from index.pipeline import SourceFile
 from serve.query.admission import Grant
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.quotes import REPLY_FRAME_TOKENS
-from serve.query.rerank import RerankConfig
 from serve.query.retrieval import LocalSearcher
 from serve.testing import ScriptedGenerator
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from serve.query.rerank import query_weights, query_window
+from serve.query.rerankers import query_weights, query_window
 
 pytestmark = pytest.mark.unit
 

@@ -154,7 +154,7 @@ def test_a_judge_name_in_the_config_resolves_to_its_folder(tmp_path):
     )  # fmt: skip
     assert config.query.rerank.model == str(tmp_path / "models" / "ms-marco-minilm-l12")
     with pytest.raises(ConfigError, match="grounded models fetch ms-marco-minilm-l12"):
-        from serve.query.rerank import cross_encoder
+        from serve.query.rerankers import cross_encoder
 
         cross_encoder(config.query.rerank.model)
 

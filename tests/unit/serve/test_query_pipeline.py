@@ -6,9 +6,9 @@ import pytest
 from index.pipeline import SourceFile
 from serve.query.budget import ContextLengthError
 from serve.query.gate import NOT_FOUND
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import Answer, QueryConfig, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn, cache_salt
-from serve.query.rerank import RerankConfig
 from serve.query.retrieval import LocalSearcher, SearchFilter
 from serve.testing import ScriptedGenerator
 
