@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from index.types import SearchHit
-from serve.query.language import detect_language
+from serve.query.language import detect_language, either
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +73,18 @@ SPLITS = {
 MIN_SUBJECT_WORDS = 2
 
 
-def _either(words: tuple[str, ...]) -> str:
-    """A regex alternation of ``words``, longest first, any whitespace inside."""
-    ordered = sorted(words, key=len, reverse=True)
-    return "|".join(re.escape(word).replace(r"\ ", r"\s+") for word in ordered)
-
-
 # The conjunction before a second question ("qu'" ends on an apostrophe: no word boundary
 # after it), and the question word that opens a first part.
 _SECOND = {
     language: re.compile(
-        rf",?\s+{s.conjunction}\s+(?=(?:{_either((*s.question_words, *s.possessives))})"
+        rf",?\s+{s.conjunction}\s+(?=(?:{either((*s.question_words, *s.possessives))})"
         r"(?:\b|(?<=')))",
         re.IGNORECASE,
     )
     for language, s in SPLITS.items()
 }
 _LEADING = {
-    language: re.compile(rf"^\W*(?:(?:{_either(s.question_words)})\b)?", re.IGNORECASE)
+    language: re.compile(rf"^\W*(?:(?:{either(s.question_words)})\b)?", re.IGNORECASE)
     for language, s in SPLITS.items()
 }
 

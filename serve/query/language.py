@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Iterable
 
 SUPPORTED = ("en", "fr", "ru", "de", "es", "it", "nl", "pt")
 DEFAULT = "en"
@@ -24,3 +26,10 @@ def detect_language(text: str) -> str:
         return DEFAULT
     language, confidence = _identifier().classify(text)
     return language if confidence >= MIN_CONFIDENCE else DEFAULT
+
+
+def either(words: Iterable[str]) -> str:
+    """A regex alternation of ``words`` (literal, longest first, any whitespace inside), for
+    the per-language word tables of serve/query/amounts.py, compound.py and quotes.py."""
+    ordered = sorted(set(words), key=lambda word: (-len(word), word))
+    return "|".join(re.escape(word).replace(r"\ ", r"\s+") for word in ordered)

@@ -50,7 +50,7 @@ from serve.query.citations import (
 from serve.query.gate import is_not_found
 from serve.query.generation import Generator
 from serve.query.judging import yes_no_tokens, yes_probability
-from serve.query.language import detect_language
+from serve.query.language import detect_language, either
 from serve.query.prompt import PromptBuilder, Source, source_text
 from serve.query.rows import row_views
 
@@ -75,10 +75,12 @@ Proposed answer: {answer}
 Does the source state this answer to this question? Reply yes or no."""
 
 # An answer that adds nothing to its question may still answer it: yes or no, or one of the
-# alternatives the question names.
-_YES_NO = frozenset({"yes", "oui", "non"})  # "no" is under content words' three letters
-_YES_NO_ANSWER = re.compile(r"\b(?:yes|no|oui|non)\b", re.IGNORECASE)
-_CHOICE = re.compile(r"\s(?:or|ou)\s", re.IGNORECASE)
+# alternatives the question names (the word between them), per language.
+YES_NO = {"en": ("yes", "no"), "fr": ("oui", "non")}
+ALTERNATIVES = {"en": "or", "fr": "ou"}
+_YES_NO = frozenset(word for words in YES_NO.values() for word in words)
+_YES_NO_ANSWER = re.compile(rf"\b(?:{either(_YES_NO)})\b", re.IGNORECASE)
+_CHOICE = re.compile(rf"\s(?:{either(ALTERNATIVES.values())})\s", re.IGNORECASE)
 
 
 def quotable_sentences(source: Source, withhold: bool = True) -> list[str]:
