@@ -1,7 +1,7 @@
 """The HTTP application: ``create_app(gateway)`` builds the FastAPI app (the routers of
 serve/routes/, OpenAI's error shape for every failure, request ids, per-route metrics) over a
-Gateway and nothing else. The Ingress deployment (serve/appliance.py) builds it in its replica
-from the deployments' handles; tests build it in-process over a Gateway of fakes.
+Gateway and nothing else. The Ingress deployment (serve/deployments/ingress.py) builds it in
+its replica from the deployments' handles; tests build it in-process over a Gateway of fakes.
 """
 
 from __future__ import annotations

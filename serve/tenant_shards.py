@@ -21,7 +21,7 @@ StoredFile = DocumentRecord | UploadRecord
 
 
 class TenantShards:
-    """The Shards deployment (serve/appliance.py) for ``tenant``."""
+    """The Shards deployment (serve/deployments/shards.py) for ``tenant``."""
 
     def __init__(self, handle, tenant: str) -> None:
         self.tenant = tenant

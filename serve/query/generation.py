@@ -1,5 +1,5 @@
 """What the query pipeline needs from a generator: the Generator protocol (vLLM's engine in
-serve/generator.py, the ingress's handle to it in serve/appliance.py, a scripted fake in
+serve/generator.py, the ingress's handle to it in serve/deployments/generator.py, a fake in
 serve/testing.py), the chunks it streams, and the error it fails with."""
 
 from __future__ import annotations

@@ -5,28 +5,25 @@ import asyncio
 import pytest
 from ray.serve import batching
 
-from index.config import EmbedderConfig, IndexConfig
 from index.errors import EmbedderMismatchError
 from index.service import Embedders
 from index.testing import HashingEmbedder
-from serve.appliance import Embedder
-from serve.query_cache import QueryEmbeddingCache
+from serve.config import load_config
+from serve.deployments.embedder import Embedder
 
 pytestmark = pytest.mark.unit
 
 
 def embedder_deployment() -> Embedder:
-    """The deployment's class, constructed without Ray Serve and with fake models."""
-    instance = Embedder.func_or_class.__new__(Embedder.func_or_class)
-    config = IndexConfig(embedders={"multilingual": EmbedderConfig(model="unused-here")})
+    """The deployment's class, constructed without Ray Serve, its models injected (fakes)."""
+    config = load_config(None, index={"embedders": {"multilingual": {"model": "unused-here"}}})
     fakes = {
         "default": HashingEmbedder(64, "fake/en"),
         "multilingual": HashingEmbedder(48, "fake/fr"),
     }
-    instance.embedders = Embedders(config, given=fakes)
-    instance.cache = QueryEmbeddingCache(16)
-    instance._embed_batch.set_batch_wait_timeout_s(0.2)  # every call below joins one batch
-    return instance
+    deployment = Embedder(config, Embedders(config.index, given=fakes))
+    deployment._embed_batch.set_batch_wait_timeout_s(0.2)  # every call below joins one batch
+    return deployment
 
 
 def test_a_query_for_an_unknown_model_fails_alone_not_its_whole_batch(monkeypatch):

@@ -1,0 +1,46 @@
+"""The Ingress deployment: the HTTP app of serve/app.py over one Gateway built in the replica
+from the other deployments' handles."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from serve.app import create_app
+from serve.config import AppConfig
+from serve.deployments.generator import RemoteGenerator
+from serve.deployments.reranker import RemoteReranker
+from serve.deployments.shards import RemoteSearcher
+from serve.gateway import Gateway
+from serve.generator import ChatTokenizer
+from serve.guard import RequestGuard
+from serve.keys import KeyStore
+from serve.query.pipeline import QueryPipeline
+from serve.tenant_shards import TenantShards
+from serve.tracing import setup_tracing
+
+log = logging.getLogger("grounded")
+
+
+class Ingress:
+    """The HTTP entry: the app of serve/app.py over one Gateway (keys, budgets, fair
+    admission, accounting) built here from the other deployments' handles."""
+
+    def __init__(
+        self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
+    ):
+        setup_tracing(config.serve.tracing)
+        keys = KeyStore(config.data_dir)
+        tokenizer = ChatTokenizer.from_folder(model_folder)
+        remote = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
+        judge = RemoteReranker(reranker) if reranker is not None else None
+        pipeline = QueryPipeline(RemoteSearcher(embedder, shards), remote, config.query, judge)
+        gateway = Gateway(
+            config, keys, pipeline, remote, embed=lambda texts: embedder.embed.remote(texts),
+            tenant_shards=partial(TenantShards, shards),
+            model_name=config.generator.model or model_folder,
+        )  # fmt: skip
+        self.http = create_app(gateway, RequestGuard(keys, config.index.limits.max_bytes))
+
+    def __serve_build_asgi_app__(self):  # Serve asks for the app once the replica is built
+        return self.http

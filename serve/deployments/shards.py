@@ -1,0 +1,270 @@
+"""The Shards deployment: tenant shards multiplexed by tenant id (LRU), their search, uploads
+and ingestion, files and vector-store catalog; and RemoteSearcher, the query pipeline's
+Searcher in the ingress (the Embedder, then the Shards replica holding the tenant)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+from ray import serve
+
+from index.errors import (
+    DocumentNotFoundError,
+    EmbedderChangedError,
+)
+from index.pipeline import IngestResult, SourceFile, doc_id_for
+from index.service import IndexService
+from index.store.collections import VectorStoreCatalog
+from index.store.shard import TenantShard
+from index.store.uploads import Uploads
+from index.types import SearchHit
+from serve.config import AppConfig
+from serve.deployments.embedder import HandleEmbedder
+from serve.metrics import metrics
+from serve.query.retrieval import PrecomputedQuery, SearchParams, for_embedder, search_shard
+from serve.tenant_shards import check_catalog_operation
+
+log = logging.getLogger("grounded")
+
+
+class Shards:
+    """Tenant shards, loaded on demand per tenant (Serve model multiplexing, LRU eviction).
+    Writes for a tenant go through the replica that holds its shard, so its readers see them;
+    SQLite stays the source of truth across replicas (a shard notices another writer's
+    commits and reloads its vectors)."""
+
+    def __init__(self, config: AppConfig, embedder) -> None:
+        self.config = config
+        self.embedder = embedder
+        self.service: IndexService | None = None
+        self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
+        self.ingesting: dict[tuple[str, str], asyncio.Task] = {}  # (tenant, file id) -> task
+
+        # LRU of open shards per replica; the size comes from config, so wrap at run time.
+        async def load(tenant: str) -> TenantShard:  # Serve marks the function it wraps
+            return await self._load_shard(tenant)
+
+        self.get_shard = serve.multiplexed(
+            max_num_models_per_replica=config.serve.shards_per_replica
+        )(load)
+
+    async def _service(self) -> IndexService:
+        if self.service is None:
+            from index.service import Embedders
+            from serve.query.instruction_judge import instruction_judge
+
+            remote = Embedders(self.config.index, lambda c: HandleEmbedder(self.embedder, c))
+            judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
+            service = IndexService(self.config.index, self.config.data_dir, embedders=remote,
+                                   instruction_judge=judge)  # fmt: skip
+            self.service = await asyncio.to_thread(service.start)
+        return self.service
+
+    async def _load_shard(self, tenant: str) -> TenantShard:
+        service = await self._service()
+        shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
+        self.loaded[tenant] = shard  # evicted shards drop out when collected
+        for upload in await asyncio.to_thread(Uploads(shard).unfinished):
+            if upload.status == "in_progress":  # interrupted by a restart: resumed here
+                self._ingest_upload(shard, tenant, upload.doc_id)
+        metrics().shards_loaded.set(len(self.loaded))
+        metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
+        return shard
+
+    async def _shard(self) -> TenantShard:
+        return await self.get_shard(serve.get_multiplexed_model_id())
+
+    async def embedder_model(self) -> str:
+        """The model id the calling tenant's shard was built with (its queries need it)."""
+        return (await self._shard()).manifest.embedder_model_id
+
+    async def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        model_id: str | None,
+        k: int,
+        params: SearchParams,
+    ) -> tuple[str, list[tuple[SearchHit, float]] | None]:
+        """(the shard's model id, hits); no hits when ``vector`` came from another model (a
+        reindex moved the shard meanwhile): the caller embeds again with the one named."""
+        shard = await self._shard()
+        params = for_embedder(params, self.service.dense_weight(shard))
+        try:
+            hits = await asyncio.to_thread(
+                search_shard, shard, PrecomputedQuery(vector, model_id), query, k, params
+            )
+        except EmbedderChangedError:
+            hits = None
+        return shard.manifest.embedder_model_id, hits
+
+    async def upload(self, file_name: str, data: bytes, wait_s: float):
+        """Keep the upload, ingest it in the background (it may outlast the request, and a
+        restart: see ``_load_shard``) and wait up to ``wait_s`` for it. Returns
+        (IngestResult, DocumentRecord | None) when it ended in time (a refusal then leaves
+        nothing behind: the client gets the error), or (None, UploadRecord) while it goes on."""
+        shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
+        doc_id = doc_id_for(f"upload:{tenant}:{file_name}")
+        uploads = Uploads(shard)
+        await asyncio.to_thread(uploads.store, doc_id, file_name, data)
+        task = self._ingest_upload(shard, tenant, doc_id)
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            return None, await asyncio.to_thread(uploads.get, doc_id)
+        result, record = task.result()
+        if result.status == "refused":
+            await asyncio.to_thread(uploads.forget, doc_id)
+        return result, record
+
+    def _ingest_upload(self, shard: TenantShard, tenant: str, doc_id: str) -> asyncio.Task:
+        """The stored upload's ingestion, as a task of this replica; a newer upload of the
+        same file waits for the one before it."""
+        key, previous = (tenant, doc_id), self.ingesting.get((tenant, doc_id))
+
+        async def run():
+            if previous is not None:
+                await asyncio.wait({previous})
+            return await asyncio.to_thread(self._ingest_stored, shard, tenant, doc_id)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self.ingesting[key] = task
+        task.add_done_callback(lambda t: self.ingesting.get(key) is t and self.ingesting.pop(key))
+        return task
+
+    def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
+        uploads = Uploads(shard)
+        pending = uploads.bytes_of(doc_id, pending=True)
+        if pending is None:  # ingested by the task before it (the same bytes), or deleted
+            try:
+                record = shard.get_document(doc_id)
+            except DocumentNotFoundError:
+                return _deleted(doc_id, doc_id), None
+            done = IngestResult(doc_id, record.file_name, "unchanged", doc_id, record.version,
+                                record.chunk_count)  # fmt: skip
+            return done, record
+        file_name, data = pending
+        pipeline = self.service.pipeline_for(shard)
+
+        def deleted(doc_id: str) -> bool:  # asked while scans are read: OCR stops at once
+            return not uploads.pending(doc_id)
+
+        source = SourceFile.from_bytes(
+            data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
+        )
+        try:
+            try:
+                [result] = list(pipeline.ingest([source], deleted))
+            except EmbedderChangedError:  # a reindex moved the shard meanwhile: its new model
+                [result] = list(self.service.pipeline_for(shard).ingest([source], deleted))
+        except Exception as exc:  # kept with the reason; the caller sees the failure too
+            uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again",
+                           data)  # fmt: skip
+            raise
+        if not uploads.pending(doc_id):  # deleted while it was ingested
+            with contextlib.suppress(DocumentNotFoundError):
+                shard.delete_document(doc_id)
+            return _deleted(doc_id, file_name), None
+        uploads.finish(doc_id, result.reason if result.status == "refused" else None, data)
+        metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
+        return result, shard.get_document(doc_id) if result.status != "refused" else None
+
+    async def files(self):
+        """The tenant's documents, then the uploads not (yet) documents: being ingested, or
+        refused (with the reason)."""
+        shard = await self._shard()
+        documents = await asyncio.to_thread(shard.list_documents)
+        stored = {d.doc_id for d in documents}
+        unfinished = await asyncio.to_thread(Uploads(shard).unfinished)
+        return documents, [u for u in unfinished if u.doc_id not in stored]
+
+    async def placement(self) -> dict[str, Any]:
+        """Where the calling tenant's shard is served: this replica's Ray node and the tenants
+        it holds open (for operators and the multi-node test)."""
+        import ray
+
+        await self._shard()
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "replica": serve.get_replica_context()
+                .replica_id.unique_id, "tenants": sorted(self.loaded)}  # fmt: skip
+
+    async def file(self, doc_id: str):
+        """The stored document, else the upload still being ingested (or refused)."""
+        shard = await self._shard()
+        try:
+            return await asyncio.to_thread(shard.get_document, doc_id)
+        except DocumentNotFoundError:
+            return await asyncio.to_thread(Uploads(shard).get, doc_id)
+
+    async def text(self, doc_id: str) -> str:
+        shard = await self._shard()
+        return await asyncio.to_thread(shard.document_text, doc_id)
+
+    async def content(self, doc_id: str, as_text: bool) -> tuple[str, str | bytes]:
+        """("original", file name, bytes) as uploaded (also while it is being ingested), or
+        ("text", text) as stored (with ``as_text``, and for documents ingested from a path)."""
+        shard = await self._shard()
+        uploads = Uploads(shard)
+
+        def as_uploaded():  # the stored document's original, else the upload in progress
+            return uploads.bytes_of(doc_id) or uploads.bytes_of(doc_id, pending=True)
+
+        original = None if as_text else await asyncio.to_thread(as_uploaded)
+        if original is not None:
+            return "original", *original
+        return "text", await asyncio.to_thread(shard.document_text, doc_id)
+
+    async def delete(self, doc_id: str) -> None:
+        shard = await self._shard()
+        await asyncio.to_thread(shard.delete_document, doc_id)
+
+    async def catalog(self, operation, *args: Any, **kwargs: Any) -> Any:
+        """One VectorStoreCatalog method (index/store/collections.py) on the calling
+        tenant's shard: the vector stores live in its database (serve/tenant_shards.py)."""
+        check_catalog_operation(operation)
+        shard = await self._shard()
+        return await asyncio.to_thread(operation, VectorStoreCatalog(shard), *args, **kwargs)
+
+    async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
+        shard = await self._shard()
+        records = await asyncio.to_thread(shard.list_documents)
+        wanted = set(doc_ids)
+        return {r.doc_id: r.attributes for r in records if r.doc_id in wanted}
+
+
+def _deleted(doc_id: str, file_name: str) -> IngestResult:
+    """The upload was deleted before its ingestion ended: nothing of it is kept."""
+    reason = "deleted while it was being ingested; nothing of it was kept"
+    return IngestResult(doc_id, file_name, "refused", reason=reason, refusal_status=409)
+
+
+class RemoteSearcher:
+    """The query pipeline's Searcher in the appliance: embedder deployment, then the shard
+    deployment with the tenant as multiplexed id."""
+
+    def __init__(self, embedder, shards) -> None:
+        self.embedder, self.shards = embedder, shards
+        self.models: dict[str, str] = {}  # tenant -> the model its shard was built with
+
+    async def search(
+        self, tenant: str, query: str, k: int, params: SearchParams
+    ) -> list[tuple[SearchHit, float]]:
+        shards = self.shards.options(multiplexed_model_id=tenant)
+        if params.mode == "lexical":
+            return (await shards.search.remote(query, None, None, k, params))[1]
+        if tenant not in self.models:
+            self.models[tenant] = await shards.embedder_model.remote()
+        for _ in range(3):  # a reindex may move the shard to another model between the calls
+            started = time.perf_counter()
+            vector = await self.embedder.embed_query.remote(query, tenant, self.models[tenant])
+            metrics().stage.observe(time.perf_counter() - started, tags={"stage": "embed"})
+            model, hits = await shards.search.remote(query, vector, self.models[tenant], k, params)
+            self.models[tenant] = model
+            if hits is not None:
+                return hits
+        raise EmbedderChangedError(f"tenant {tenant!r} is being reindexed; retry shortly")
