@@ -24,7 +24,8 @@ from index.errors import DocumentRefusedError, FileTooLargeError, MalformedDocum
 from index.loaders import LOADER_VERSION, SUPPORTED_EXTENSIONS, load_document
 from index.loaders.ocr import OcrReader
 from index.screening import InstructionJudge, find_instructions
-from index.store.shard import Manifest, PreparedDocument, TenantShard
+from index.store.rows import Manifest, PreparedDocument
+from index.store.shard import TenantShard
 from index.types import Chunk, Document
 
 log = logging.getLogger(__name__)

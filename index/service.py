@@ -13,7 +13,8 @@ from index.embedding import SentenceTransformerEmbedder, resolve_model
 from index.errors import ConfigError, DocumentNotFoundError, EmbedderMismatchError
 from index.pipeline import IngestPipeline
 from index.screening import InstructionJudge
-from index.store.shard import Manifest, TenantShard, read_manifest
+from index.store.rows import Manifest, read_manifest
+from index.store.shard import TenantShard
 from index.store.tenants import TenantDirectory
 
 

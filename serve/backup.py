@@ -56,7 +56,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from index.errors import GroundedError, InvalidRequestError
-from index.store.shard import DB_NAME
+from index.store.rows import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
 from serve.keys import KeyStore
 from serve.response_store import DB_NAME as RESPONSES_DB

@@ -9,84 +9,44 @@ is acknowledged only once its transaction commits, so a crash loses no acknowled
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 
 from index.config import VectorIndexConfig
 from index.embedding import validate_vectors
 from index.errors import DocumentNotFoundError, EmbedderChangedError, EmbedderMismatchError
-from index.screening import FlaggedPassage, find_instructions
-from index.store.schema import BM25_WEIGHTS, SCHEMA, SCHEMA_VERSION, fts_query
+from index.store.rows import (
+    DB_NAME,
+    DOC_COLUMNS,
+    Manifest,
+    PreparedDocument,
+    Rewriter,
+    ShardStats,
+    StoredVersion,
+    add_flags_column,
+    add_loader_version_column,
+    exact_within,
+    hits_of,
+    insert_document,
+    lexical_query,
+    record,
+    store_manifest,
+    stored_manifest,
+    with_score,
+)
+from index.store.schema import SCHEMA
 from index.store.vectors import VectorIndex
-from index.types import Block, Chunk, Document, DocumentRecord, SearchHit
+from index.types import Block, Document, DocumentRecord, SearchHit
 
 log = logging.getLogger(__name__)
-
-DB_NAME = "shard.sqlite3"
-METRIC = "inner_product"
-NORMALIZATION = "l2"
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """What built the shard's vectors; a shard refuses an embedder that does not match."""
-
-    embedder_model_id: str
-    dimension: int
-    chunker_version: str
-    metric: str = METRIC
-    normalization: str = NORMALIZATION
-    schema_version: str = SCHEMA_VERSION
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDocument:
-    """A loaded, chunked and embedded document, ready to be written in one transaction."""
-
-    doc_id: str
-    source: str
-    document: Document
-    content_hash: str
-    byte_count: int
-    version: int
-    chunks: Sequence[Chunk]
-    vectors: np.ndarray
-    attributes: dict[str, str] = field(default_factory=dict)
-    flagged: Sequence[FlaggedPassage] = ()
-    loader_version: str = ""  # the loaders' version that read ``document`` from the bytes
-
-
-class StoredVersion(NamedTuple):
-    version: int
-    content_hash: str  # sha256 of the file's bytes
-    loader_version: str  # "" for documents stored before loader versions were recorded
-
-
-@dataclass(frozen=True, slots=True)
-class ShardStats:
-    tenant: str
-    documents: int
-    chunks: int
-    vectors: int
-    index_kind: str
-    generation: int
-    disk_bytes: int
-    manifest: Manifest
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class TenantShard:
@@ -126,8 +86,8 @@ class TenantShard:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(SCHEMA)
-            _add_flags_column(db)
-            _add_loader_version_column(db)
+            add_flags_column(db)
+            add_loader_version_column(db)
             self._db = db
             if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
@@ -144,7 +104,7 @@ class TenantShard:
 
     def _check_manifest(self, accept: Collection[str], adopt: bool) -> bool:
         """True when the shard may be served: new, or built by an available embedder."""
-        stored = _stored_manifest(self._conn)
+        stored = stored_manifest(self._conn)
         if stored is None:
             self._write_manifest(self.manifest)
             return True
@@ -168,7 +128,7 @@ class TenantShard:
 
     def _write_manifest(self, manifest: Manifest) -> None:
         with self._transaction() as db:
-            _store_manifest(db, manifest)
+            store_manifest(db, manifest)
             db.execute("INSERT OR IGNORE INTO manifest(key, value) VALUES ('generation', '0')")
 
     @property
@@ -226,7 +186,7 @@ class TenantShard:
         if self._vectors is not None and self._vectors_generation == generation:
             return
         if self._vectors is not None:  # another writer committed: a reindex may have moved it
-            self.manifest = _stored_manifest(self._conn) or self.manifest
+            self.manifest = stored_manifest(self._conn) or self.manifest
         count = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         path = self._vector_path(generation)
         reason = "missing"
@@ -308,7 +268,7 @@ class TenantShard:
                     old = self._delete_rows(db, item.doc_id, keep_document=True)
                     removed.extend(old or [])
                     statuses.append("replaced" if old is not None else "added")
-                    added.extend(self._insert(db, item, item_vectors, created and created[0]))
+                    added.extend(insert_document(db, item, item_vectors, created and created[0]))
                 generation = self._bump_generation(db)
             self._apply(generation, behind, removed, added, np.vstack(vectors))
         return statuses
@@ -341,40 +301,6 @@ class TenantShard:
             db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         return ids
 
-    def _insert(
-        self,
-        db: sqlite3.Connection,
-        item: PreparedDocument,
-        vectors: np.ndarray,
-        created_at: str | None,
-    ) -> list[int]:
-        doc, now = item.document, _now()
-        blocks = [[b.start, b.end, b.kind, list(b.heading_path), b.page] for b in doc.blocks]
-        db.execute(
-            "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
-            " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags,"
-            " loader_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            f" ON CONFLICT(doc_id) DO UPDATE SET {_REPLACED_COLUMNS}",
-            (
-                item.doc_id,
-                item.source,
-                doc.file_name,
-                doc.media_type,
-                item.content_hash,
-                item.version,
-                doc.text,
-                json.dumps(blocks),
-                item.byte_count,
-                doc.page_count,
-                json.dumps(item.attributes, sort_keys=True),
-                created_at or now,
-                now,
-                _flags_json(item.flagged),
-                item.loader_version,
-            ),
-        )
-        return _insert_chunks(db, doc.file_name, item.chunks, vectors)
-
     def delete_document(self, doc_id: str) -> None:
         """Remove a document (or an upload still being ingested or refused) from the
         database, its vector-store memberships and the vector index; 404 if absent."""
@@ -395,13 +321,13 @@ class TenantShard:
             self._apply(generation, behind, removed or [], [], None)
 
     @contextmanager
-    def rewrite(self, manifest: Manifest) -> Iterator[_Rewriter]:
+    def rewrite(self, manifest: Manifest) -> Iterator[Rewriter]:
         """Replace every chunk and the manifest in one transaction (``reindex``)."""
         with self._lock:
             with self._transaction() as db:
                 db.execute("DELETE FROM chunks")
-                yield _Rewriter(db, manifest.dimension)
-                _store_manifest(db, manifest)
+                yield Rewriter(db, manifest.dimension)
+                store_manifest(db, manifest)
                 generation = self._bump_generation(db)
             self.manifest = manifest
             self._rebuild_vectors(generation)
@@ -411,17 +337,17 @@ class TenantShard:
 
     def list_documents(self) -> list[DocumentRecord]:
         rows = self._conn.execute(
-            f"SELECT {_DOC_COLUMNS} FROM documents d ORDER BY d.file_name, d.doc_id"
+            f"SELECT {DOC_COLUMNS} FROM documents d ORDER BY d.file_name, d.doc_id"
         ).fetchall()
-        return [_record(row) for row in rows]
+        return [record(row) for row in rows]
 
     def get_document(self, doc_id: str) -> DocumentRecord:
         row = self._conn.execute(
-            f"SELECT {_DOC_COLUMNS} FROM documents d WHERE d.doc_id = ?", (doc_id,)
+            f"SELECT {DOC_COLUMNS} FROM documents d WHERE d.doc_id = ?", (doc_id,)
         ).fetchone()
         if row is None:
             raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
-        return _record(row)
+        return record(row)
 
     def document_text(self, doc_id: str) -> str:
         """The document's validated text: what chunk offsets (``start``, ``end``) index."""
@@ -474,14 +400,14 @@ class TenantShard:
             self._check_model(model_id)
             vector = validate_vectors(query, self.manifest.dimension, "query vector")
             if doc_ids is not None:
-                scored = self._exact_within(vector[0], list(doc_ids), k)
+                scored = exact_within(self._conn, vector[0], list(doc_ids), k)
             else:
                 scores, ids = self._vectors.search(vector, k)
                 pairs = zip(ids[0], scores[0], strict=True)
                 scored = [(int(i), float(s)) for i, s in pairs if i >= 0]
-            hits = self._hits([i for i, _ in scored])
+            hits = hits_of(self._conn, [i for i, _ in scored])
         # Ids whose rows are gone (tombstones) are simply not returned.
-        return [_replace_score(hits[i], dense=s) for i, s in scored if i in hits]
+        return [with_score(hits[i], dense=s) for i, s in scored if i in hits]
 
     def _check_model(self, model_id: str | None) -> None:
         if model_id is not None and model_id != self.manifest.embedder_model_id:
@@ -490,58 +416,17 @@ class TenantShard:
                 f"not {model_id} (a reindex moved it); embed again with it and retry"
             )
 
-    def _exact_within(self, vector: np.ndarray, doc_ids: list[str], k: int):
-        if not doc_ids:
-            return []
-        marks = ",".join("?" * len(doc_ids))
-        rows = self._conn.execute(
-            f"SELECT id, embedding FROM chunks WHERE doc_id IN ({marks})", doc_ids
-        ).fetchall()
-        if not rows:
-            return []
-        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-        scores = matrix.reshape(len(rows), -1) @ vector
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(rows[i][0], float(scores[i])) for i in order]
-
     def search_lexical(
         self, text: str, k: int, doc_ids: Collection[str] | None = None
     ) -> list[SearchHit]:
         """Top-``k`` chunks by FTS5 BM25 (negated so that higher is better)."""
-        expression = fts_query(text)
-        if expression is None or (doc_ids is not None and not doc_ids):
+        query = lexical_query(text, k, doc_ids)
+        if query is None:
             return []
-        weights = ", ".join(str(w) for w in BM25_WEIGHTS)
-        sql = (
-            f"SELECT c.id, bm25(chunks_fts, {weights}) AS rank FROM chunks_fts"
-            " JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-        )
-        params: list = [expression]
-        if doc_ids is not None:
-            sql += f" AND c.doc_id IN ({','.join('?' * len(doc_ids))})"
-            params.extend(doc_ids)
-        sql += " ORDER BY rank LIMIT ?"
-        params.append(k)
         with self._lock:
-            scored = [(row[0], -float(row[1])) for row in self._conn.execute(sql, params)]
-            hits = self._hits([i for i, _ in scored])
-        return [_replace_score(hits[i], bm25=s) for i, s in scored if i in hits]
-
-    def _hits(self, ids: list[int]) -> dict[int, SearchHit]:
-        if not ids:
-            return {}
-        rows = self._conn.execute(
-            "SELECT c.id, c.chunk_id, c.doc_id, d.file_name, c.heading_path, c.page, c.start,"
-            " c.end, c.text, d.flags FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-            f" WHERE c.id IN ({','.join('?' * len(ids))})",
-            ids,
-        ).fetchall()
-        hits = {}
-        for row in rows:
-            flagged = _flags_within(json.loads(row[9]), row[6], row[7])
-            hits[row[0]] = SearchHit(row[1], row[2], row[3], tuple(json.loads(row[4])),
-                                     *row[5:9], flagged=flagged)  # fmt: skip
-        return hits
+            scored = [(row[0], -float(row[1])) for row in self._conn.execute(*query)]
+            hits = hits_of(self._conn, [i for i, _ in scored])
+        return [with_score(hits[i], bm25=s) for i, s in scored if i in hits]
 
     def stats(self) -> ShardStats:
         with self._lock:
@@ -559,131 +444,3 @@ class TenantShard:
                 disk,
                 self.manifest,
             )
-
-
-_DOC_COLUMNS = (
-    "d.doc_id, d.source, d.file_name, d.media_type, d.content_hash, d.version,"
-    " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
-    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags"
-)
-
-
-# A replaced document keeps its row (and created_at); everything else is rewritten.
-_REPLACED_COLUMNS = ", ".join(
-    f"{column} = excluded.{column}"
-    for column in (
-        "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
-        "byte_count", "page_count", "attributes", "updated_at", "flags", "loader_version",
-    )
-)  # fmt: skip
-
-
-def read_manifest(directory: Path) -> Manifest | None:
-    """The manifest of the shard in ``directory`` (read-only), None when there is none yet."""
-    path = directory / DB_NAME
-    if not path.is_file():
-        return None
-    with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
-        try:
-            return _stored_manifest(db)
-        except sqlite3.OperationalError:  # created but its tables not yet written
-            return None
-
-
-def _stored_manifest(db: sqlite3.Connection) -> Manifest | None:
-    stored = dict(db.execute("SELECT key, value FROM manifest").fetchall())
-    if "embedder_model_id" not in stored:
-        return None
-    fields = {key: stored[key] for key in Manifest.__dataclass_fields__ if key in stored}
-    return Manifest(**{**fields, "dimension": int(fields["dimension"])})
-
-
-def _store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
-    rows = [(key, str(getattr(manifest, key))) for key in Manifest.__dataclass_fields__]
-    db.executemany("INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)", rows)
-
-
-def _record(row: tuple) -> DocumentRecord:
-    flagged = tuple((start, end, reason) for start, end, reason in json.loads(row[-1]))
-    return DocumentRecord(*row[:-2], attributes=json.loads(row[-2]), flagged=flagged)
-
-
-def _flags_within(flags: list, start: int, end: int) -> tuple[tuple[int, int], ...]:
-    """The stored flags ([start, end, reason] in the document) that overlap the chunk
-    ``start``..``end``, as offsets into the chunk's text."""
-    return tuple(
-        (max(a, start) - start, min(b, end) - start) for a, b, _ in flags if a < end and start < b
-    )
-
-
-def _flags_json(flagged: Sequence[FlaggedPassage]) -> str:
-    return json.dumps([[f.start, f.end, f.reason] for f in flagged])
-
-
-def _add_flags_column(db: sqlite3.Connection) -> None:
-    """Shards written before instruction screening: add the column and screen every stored
-    document once (idempotent)."""
-    if "flags" in {row[1] for row in db.execute("PRAGMA table_info(documents)")}:
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute("ALTER TABLE documents ADD COLUMN flags TEXT NOT NULL DEFAULT '[]'")
-        for doc_id, text in db.execute("SELECT doc_id, text FROM documents").fetchall():
-            flags = _flags_json(find_instructions(text))
-            db.execute("UPDATE documents SET flags = ? WHERE doc_id = ?", (flags, doc_id))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _add_loader_version_column(db: sqlite3.Connection) -> None:
-    """Shards written before loader versions were recorded: add the column, empty (an older
-    loader than any), so that each document is read again when its file is ingested again."""
-    if "loader_version" not in {row[1] for row in db.execute("PRAGMA table_info(documents)")}:
-        db.execute("ALTER TABLE documents ADD COLUMN loader_version TEXT NOT NULL DEFAULT ''")
-
-
-def _replace_score(hit: SearchHit, *, dense: float | None = None, bm25: float | None = None):
-    return replace(hit, dense_score=dense, bm25_score=bm25)
-
-
-def _insert_chunks(
-    db: sqlite3.Connection, file_name: str, chunks: Sequence[Chunk], vectors: np.ndarray
-) -> list[int]:
-    """Insert chunk rows (the FTS triggers index them); returns their row ids (FAISS ids)."""
-    ids = []
-    for chunk, vector in zip(chunks, vectors, strict=True):
-        context = " > ".join((file_name, *chunk.heading_path))
-        cursor = db.execute(
-            "INSERT INTO chunks(chunk_id, doc_id, version, position, start, end, heading_path,"
-            " context, page, text, token_count, embedding)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                chunk.chunk_id,
-                chunk.doc_id,
-                chunk.version,
-                chunk.position,
-                chunk.start,
-                chunk.end,
-                json.dumps(list(chunk.heading_path)),
-                context,
-                chunk.page,
-                chunk.text,
-                chunk.token_count,
-                vector.tobytes(),
-            ),
-        )
-        ids.append(cursor.lastrowid)
-    return ids
-
-
-class _Rewriter:
-    """Writes re-embedded chunks of existing documents inside ``TenantShard.rewrite``."""
-
-    def __init__(self, db: sqlite3.Connection, dimension: int) -> None:
-        self._db, self._dimension = db, dimension
-
-    def write(self, doc_id: str, file_name: str, chunks: Sequence[Chunk], vectors: np.ndarray):
-        vectors = validate_vectors(vectors, self._dimension, f"vectors of {file_name}")
-        _insert_chunks(self._db, file_name, chunks, vectors)

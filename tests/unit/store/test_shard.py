@@ -209,7 +209,7 @@ def test_a_hit_carries_the_flags_stored_with_its_document(tmp_path):
 def test_a_shard_from_before_screening_is_screened_when_opened(fake_service):
     import sqlite3
 
-    from index.store.shard import DB_NAME
+    from index.store.rows import DB_NAME
 
     ingest(fake_service, "acme", {"travel.txt": INJECTED})
     fake_service.close()
@@ -228,7 +228,7 @@ def test_a_document_stored_before_loader_versions_is_read_again_when_ingested_ag
 ):
     import sqlite3
 
-    from index.store.shard import DB_NAME
+    from index.store.rows import DB_NAME
 
     ingest(fake_service, "acme", {"travel.txt": INJECTED})
     fake_service.close()
