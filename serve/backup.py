@@ -55,6 +55,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from index.durable import fsync_dir, fsync_tree, write_atomic
 from index.errors import GroundedError, InvalidRequestError
 from index.store.rows import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
@@ -170,7 +171,7 @@ def backup(
             if kind == "sqlite":
                 _copy_database(data_dir / relative, target)
             else:
-                _write_atomic(target, (data_dir / relative).read_bytes(), mode=0o600)
+                write_atomic(target, (data_dir / relative).read_bytes(), mode=0o600)
                 _check_keys(dest, f"{KEYS} of {data_dir}", "check it with `grounded keys list`")
             entry = BackupFile(path=relative, kind=kind, size=target.stat().st_size,
                                sha256=_sha256(target))  # fmt: skip
@@ -185,8 +186,8 @@ def backup(
             models=models or {},
             files=tuple(files),
         )
-        _fsync_tree(dest)
-        _write_atomic(dest / MANIFEST, manifest.model_dump_json(indent=2).encode())
+        fsync_tree(dest)
+        write_atomic(dest / MANIFEST, manifest.model_dump_json(indent=2).encode())
     except BaseException:
         _discard(dest, created)
         raise
@@ -376,7 +377,7 @@ def _stage(src: Path, manifest: BackupManifest, staging: Path) -> None:
         else:
             os.chmod(target, 0o600)
             _check_keys(staging, f"{KEYS} in {src}", f"the backup is damaged; {_ANOTHER}")
-    _fsync_tree(staging)
+    fsync_tree(staging)
 
 
 def _swap(target: Path, staging: Path) -> Path | None:
@@ -384,7 +385,7 @@ def _swap(target: Path, staging: Path) -> Path | None:
     not hold (``models/``, ...) over first; on any failure everything goes back."""
     if not target.exists():
         os.rename(staging, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return None
     os.chmod(staging, stat.S_IMODE(target.stat().st_mode))
     moved: list[str] = []
@@ -407,7 +408,7 @@ def _swap(target: Path, staging: Path) -> Path | None:
         if old.is_dir() and not any(old.iterdir()):
             old.rmdir()
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     if not any(p.is_file() and p.name != "keys.lock" for p in old.rglob("*")):
         shutil.rmtree(old)  # nothing was stored there (empty folders, a lock file)
         return None
@@ -458,37 +459,3 @@ def _copy_hashing(source: Path, target: Path) -> str:
             digest.update(block)
             writer.write(block)
     return digest.hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Temp file, fsync, rename: readers see no file or the whole one."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        elif path.is_dir():
-            _fsync_dir(path)
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -11,15 +11,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from index.durable import write_atomic
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
 from serve.budgets import Budget
@@ -101,17 +100,7 @@ class KeyStore:
 
     def _write(self, keys: list[ApiKey]) -> None:
         payload = json.dumps({"keys": [asdict(k) for k in keys]}, indent=2)
-        fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".keys-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(payload)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(temp, 0o600)
-            os.replace(temp, self.path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, payload.encode("utf-8"), mode=0o600)
 
     def list(self) -> list[ApiKey]:
         return self._read()

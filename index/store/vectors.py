@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
 from index.config import VectorIndexConfig
+from index.durable import install
 from index.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -180,14 +180,7 @@ class VectorIndex:
         """Write to a temp file, fsync, rename: readers see the old file or the new one."""
         tmp = path.with_suffix(path.suffix + ".tmp")
         self._faiss.write_index(self._index, str(tmp))
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        install(tmp, path)
 
     @classmethod
     def load(cls, path: Path, dimension: int, config: VectorIndexConfig) -> VectorIndex:
