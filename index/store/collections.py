@@ -26,14 +26,19 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.store.collection_rows import (
+    dump,
+    expiry_time,
+    file_counts,
+    file_record,
+    file_states,
+    placeholders,
+)
 from index.store.collection_types import (
-    DAY,
     FILE_STATUSES,
     UNSET,
     ExpiresAfter,
     FileBatchRecord,
-    FileCounts,
-    FileError,
     FileSpec,
     Unset,
     VectorStoreFileRecord,
@@ -83,7 +88,7 @@ class VectorStoreCatalog:
             db.execute(
                 "INSERT INTO vector_stores(id, name, metadata, expires_after, created_at,"
                 " last_active_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (store_id, name, _dump(meta), expiry and _dump(expiry), now, now),
+                (store_id, name, dump(meta), expiry and dump(expiry), now, now),
             )
             self._attach(db, store_id, file_ids, attributes, chunking_strategy, None, now)
             return self._store(db, store_id)
@@ -133,10 +138,10 @@ class VectorStoreCatalog:
         if name is not None and name is not UNSET:
             changes["name"] = validate_name(name)
         if metadata is not UNSET:
-            changes["metadata"] = _dump(validate_metadata(metadata))
+            changes["metadata"] = dump(validate_metadata(metadata))
         if expires_after is not UNSET:
             expiry = validate_expiry(expires_after)
-            changes["expires_after"] = expiry and _dump(expiry)
+            changes["expires_after"] = expiry and dump(expiry)
         with self._write() as db:
             self._require_store(db, store_id)
             assignments = ", ".join(f"{column} = ?" for column in changes)
@@ -160,7 +165,7 @@ class VectorStoreCatalog:
             return
         with self._write() as db:
             db.execute(
-                f"UPDATE vector_stores SET last_active_at = ? WHERE id IN ({_marks(ids)})"
+                f"UPDATE vector_stores SET last_active_at = ? WHERE id IN ({placeholders(ids)})"
                 " AND last_active_at < ?",
                 (now, *ids, now),
             )
@@ -184,7 +189,7 @@ class VectorStoreCatalog:
                 self._require_batch(db, store_id, batch_id)
             ids = self._attach(db, store_id, doc_ids, attributes, chunking_strategy, batch_id, now)
             db.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (now, store_id))
-            return [self._file(db, store_id, doc_id) for doc_id in ids]
+            return [file_record(db, store_id, doc_id) for doc_id in ids]
 
     def create_batch(
         self,
@@ -246,13 +251,13 @@ class VectorStoreCatalog:
                     sql += f" AND {column} = ?"
                     params.append(value)
             rows = db.execute(f"{sql} ORDER BY rowid {scan} LIMIT ?", (*params, limit + 1))
-            files = [self._file(db, store_id, row[0]) for row in rows.fetchall()]
+            files = [file_record(db, store_id, row[0]) for row in rows.fetchall()]
             return Page.of(files, limit, backwards)
 
     def get_store_file(self, store_id: str, doc_id: str) -> VectorStoreFileRecord:
         with self._read() as db:
             self._require_store(db, store_id)
-            return self._file(db, store_id, doc_id)
+            return file_record(db, store_id, doc_id)
 
     def update_store_file_attributes(
         self, store_id: str, doc_id: str, attributes: Mapping[str, str | float | bool] | None
@@ -261,13 +266,13 @@ class VectorStoreCatalog:
         checked, now = validate_attributes(attributes), self._now()
         with self._write() as db:
             self._require_store(db, store_id)
-            self._file(db, store_id, doc_id)
+            file_record(db, store_id, doc_id)
             db.execute(
                 "UPDATE vector_store_files SET attributes = ? WHERE store_id = ? AND doc_id = ?",
-                (_dump(checked), store_id, doc_id),
+                (dump(checked), store_id, doc_id),
             )
             db.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (now, store_id))
-            return self._file(db, store_id, doc_id)
+            return file_record(db, store_id, doc_id)
 
     def detach(self, store_id: str, doc_id: str) -> None:
         """Remove a file from the store; the document stays in the tenant (and other stores)."""
@@ -307,7 +312,7 @@ class VectorStoreCatalog:
                 self._require_usable(db, store_id, now)
             rows = db.execute(
                 "SELECT doc_id, attributes, store_id FROM vector_store_files"
-                f" WHERE store_id IN ({_marks(ids)}) AND status = 'completed'",
+                f" WHERE store_id IN ({placeholders(ids)}) AND status = 'completed'",
                 ids,
             ).fetchall()
         members: dict[str, dict[str, Any]] = {}
@@ -340,12 +345,12 @@ class VectorStoreCatalog:
                  for ref in refs]  # fmt: skip
         rows = {
             spec.doc_id: (
-                _dump(validate_attributes(spec.attributes)),
-                _dump(validate_chunking_strategy(spec.chunking_strategy)),
+                dump(validate_attributes(spec.attributes)),
+                dump(validate_chunking_strategy(spec.chunking_strategy)),
             )
             for spec in specs
         }
-        known = _file_states(db, list(rows))
+        known = file_states(db, list(rows))
         if missing := [doc_id for doc_id in rows if doc_id not in known]:
             shown = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
             raise DocumentNotFoundError(
@@ -375,7 +380,7 @@ class VectorStoreCatalog:
 
     def _require_usable(self, db: sqlite3.Connection, store_id: str, now: int) -> None:
         last_active, expiry = self._require_store(db, store_id)
-        expires_at = _expires_at(last_active, expiry)
+        expires_at = expiry_time(last_active, expiry)
         if expires_at is not None and now >= expires_at:
             raise InvalidRequestError(
                 f"vector store {store_id!r} expired at {expires_at} (Unix time), "
@@ -404,8 +409,8 @@ class VectorStoreCatalog:
         if row is None:
             raise store_not_found(store_id)
         name, metadata, expiry, created_at, last_active = row
-        counts, usage = _counts(db, "f.store_id = ?", store_id)
-        expires_at = _expires_at(last_active, expiry)
+        counts, usage = file_counts(db, "f.store_id = ?", store_id)
+        expires_at = expiry_time(last_active, expiry)
         if expires_at is not None and self._now() >= expires_at:
             status = "expired"
         else:
@@ -415,78 +420,10 @@ class VectorStoreCatalog:
             json.loads(metadata), expiry and ExpiresAfter(json.loads(expiry)["days"]), expires_at,
         )  # fmt: skip
 
-    def _file(self, db: sqlite3.Connection, store_id: str, doc_id: str) -> VectorStoreFileRecord:
-        row = db.execute(
-            f"SELECT f.created_at, f.status, {_SIZE}, f.attributes, f.chunking_strategy,"
-            f" f.last_error, f.batch_id, {_NAME} FROM vector_store_files f {_FILE_JOIN}"
-            " WHERE f.store_id = ? AND f.doc_id = ?",
-            (store_id, doc_id),
-        ).fetchone()
-        if row is None:
-            raise file_not_found(store_id, doc_id)
-        created_at, status, size, attrs, strategy, error, batch_id, file_name = row
-        return VectorStoreFileRecord(
-            doc_id, store_id, created_at, status, size, json.loads(attrs), json.loads(strategy),
-            error and FileError(**json.loads(error)), batch_id, file_name,
-        )  # fmt: skip
-
     def _batch(self, db: sqlite3.Connection, store_id: str, batch_id: str) -> FileBatchRecord:
         self._require_store(db, store_id)
         created_at, status = self._require_batch(db, store_id, batch_id)
-        counts, _ = _counts(db, "f.batch_id = ?", batch_id)
+        counts, _ = file_counts(db, "f.batch_id = ?", batch_id)
         if status == "completed" and counts.in_progress:  # its files are still being ingested
             status = "in_progress"
         return FileBatchRecord(batch_id, store_id, created_at, status, counts)
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-
-# A member is a stored document, or an upload still being ingested or refused (uploads.py).
-_FILE_JOIN = (
-    "LEFT JOIN documents d ON d.doc_id = f.doc_id LEFT JOIN uploads u ON u.doc_id = f.doc_id"
-)
-_SIZE = "COALESCE(d.byte_count, length(u.data), 0)"
-_NAME = "COALESCE(d.file_name, u.file_name, '')"
-
-
-def _counts(db: sqlite3.Connection, where: str, value: str) -> tuple[FileCounts, int]:
-    """File counts by status and the members' total bytes, for a store or a batch."""
-    by_status = {status: 0 for status in FILE_STATUSES}
-    usage = 0
-    for status, count, size in db.execute(
-        f"SELECT f.status, COUNT(*), SUM({_SIZE}) FROM vector_store_files f {_FILE_JOIN}"
-        f" WHERE {where} GROUP BY f.status",
-        (value,),
-    ):
-        by_status[status], usage = count, usage + size
-    return FileCounts(**by_status, total=sum(by_status.values())), usage
-
-
-def _expires_at(last_active_at: int, expiry_json: str | None) -> int | None:
-    return None if expiry_json is None else last_active_at + json.loads(expiry_json)["days"] * DAY
-
-
-def _dump(value: object) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _marks(values: Collection) -> str:
-    return ",".join("?" * len(values))
-
-
-def _file_states(db: sqlite3.Connection, doc_ids: list[str]) -> dict[str, tuple[str, str | None]]:
-    """(membership status, last_error JSON) of each existing file: a stored document is
-    ``completed`` (while a new version of it is ingested, too: the stored one is searched);
-    a first upload still being ingested ``in_progress``; a refused one ``failed``, with why."""
-    marks = _marks(doc_ids)
-    uploads = db.execute(
-        f"SELECT doc_id, status, error FROM uploads WHERE doc_id IN ({marks})", doc_ids
-    )
-    states: dict[str, tuple[str, str | None]] = {
-        doc_id: ("in_progress", None) if status == "in_progress"
-        else ("failed", json.dumps({"code": "invalid_file", "message": error}))
-        for doc_id, status, error in uploads
-    }  # fmt: skip
-    for (doc_id,) in db.execute(f"SELECT doc_id FROM documents WHERE doc_id IN ({marks})", doc_ids):
-        states[doc_id] = ("completed", None)
-    return states
