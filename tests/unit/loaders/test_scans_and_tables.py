@@ -171,10 +171,14 @@ def test_a_file_that_is_not_the_image_its_name_says_is_refused():
 
 
 @pytest.mark.parametrize("format", ["PNG", "JPEG", "TIFF"])
-def test_corrupted_images_are_refused_with_a_message_never_a_crash(format):
-    """200 damaged copies per format (bytes flipped or cut short, seeded): each is read or
-    refused with a DocumentRefusedError naming the file."""
+def test_corrupted_images_are_refused_with_a_message_never_a_crash(format, monkeypatch):
+    """200 damaged copies per format (bytes flipped or cut short, seeded): each is decoded or
+    refused with a DocumentRefusedError naming the file. What a damaged image decodes to is
+    not read by Tesseract here (the tests above read real scans): 200 OCR runs per format
+    would cost half a minute and test Tesseract, not the decoding."""
     from PIL import Image, ImageDraw
+
+    monkeypatch.setattr(OcrReader, "read", lambda self, image, *where: f"{image.size}")
 
     image = Image.new("L", (360, 60), 255)
     ImageDraw.Draw(image).text((10, 20), "GX-4200 lifts 12 kg", fill=0)
