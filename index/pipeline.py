@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from index.access import KEEP, Access
 from index.chunking import StructureChunker
 from index.config import LoaderLimits, OcrConfig
 from index.embedding import DocumentEmbedder
@@ -36,13 +37,16 @@ IngestStatus = Literal["added", "replaced", "unchanged", "refused"]
 @dataclass(frozen=True, slots=True)
 class SourceFile:
     """A file to ingest: a stable ``source`` key (its absolute path, or an upload name) and how
-    to read its bytes. The document id is derived from ``source`` unless given."""
+    to read its bytes. The document id is derived from ``source`` unless given. ``access``:
+    who may read it (index/access.py; None, the whole tenant); KEEP, a new document is the
+    tenant's and a stored one keeps its list."""
 
     source: str
     file_name: str
     read: Callable[[], bytes]
     doc_id: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    access: Access | Literal["keep"] = KEEP
 
     @classmethod
     def from_path(cls, path: Path) -> SourceFile:
@@ -162,7 +166,12 @@ class IngestPipeline:
         doc_id = source.doc_id or doc_id_for(source.source)
         current = self.shard.current_version(doc_id)
         same_bytes = current is not None and current.content_hash == content_hash
+        access = current.access if current else None
+        if source.access != KEEP:
+            access = source.access
         if same_bytes and current.loader_version == LOADER_VERSION:  # else read again
+            if access != current.access:  # the same file, given to other readers
+                self.shard.set_access(doc_id, access)
             return IngestResult(
                 source.source, source.file_name, "unchanged", doc_id, current.version
             )
@@ -199,6 +208,7 @@ class IngestPipeline:
             dict(source.attributes),
             tuple(find_instructions(document.text, self.judge)),
             LOADER_VERSION,
+            access,
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:

@@ -80,6 +80,8 @@ class DocumentRecord:
     attributes: dict[str, str] = field(default_factory=dict)
     # Instruction-like passages found at ingest (index/screening.py): withheld from prompts.
     flagged: tuple[tuple[int, int, str], ...] = ()  # (start, end, reason) in the text
+    # Who may read it (index/access.py): None, the whole tenant; else user:/group: principals.
+    access: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from index.errors import GroundedError, InvalidRequestError
+from index.access import may_read
+from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
 from index.store.collections import VectorStoreCatalog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
@@ -84,6 +85,34 @@ class Gateway:
             key = self.keys.authenticate(request.headers.get("authorization"))
         key.require(scope)
         return key
+
+    def scoped(self, key: ApiKey, options: QueryOptions) -> QueryOptions:
+        """``options`` limited to the documents ``key`` may read (index/access.py): every
+        search of the API goes through here, so a restricted document is never a candidate
+        for anyone else (filtered before ranking, not after)."""
+        narrowed = dataclasses.replace(
+            options.search_filter or SearchFilter(), readable_by=key.readers
+        )
+        return dataclasses.replace(options, search_filter=narrowed)
+
+    async def readable_file(self, key: ApiKey, file_id: str):
+        """The caller's file (a document, or an upload being ingested), or 404: another
+        tenant's ids, and documents the key may not read, are answered exactly like ids
+        that never existed."""
+        try:
+            record = await self.shards_for(key.tenant).file(file_id)
+        except DocumentNotFoundError:
+            record = None
+        if record is None or not may_read(getattr(record, "access", None), key.readers):
+            raise DocumentNotFoundError(f"no such file: {file_id}")
+        return record
+
+    async def hidden_files(self, key: ApiKey) -> set[str]:
+        """The ids of the tenant's documents ``key`` may not read (none for an admin)."""
+        if key.readers is None:
+            return set()
+        documents, _ = await self.shards_for(key.tenant).files()
+        return {d.doc_id for d in documents if not may_read(d.access, key.readers)}
 
     def shards_for(self, tenant: str) -> TenantShards:
         """``tenant``'s shard: the Shards deployment, routed to the replica holding it."""
@@ -173,7 +202,7 @@ class Gateway:
         grants: list[Grant] = []
         try:
             tokens, prompt_cap = self.caps(key, asked_tokens)
-            options = dataclasses.replace(options, max_prompt_tokens=prompt_cap)
+            options = dataclasses.replace(self.scoped(key, options), max_prompt_tokens=prompt_cap)
             # The engine's request id is the server's own: vLLM aborts by id, so a client's
             # X-Request-Id reused by another caller must never reach it.
             engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"

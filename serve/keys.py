@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from index.access import parse_access, principals_of
 from index.durable import write_atomic
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
@@ -38,6 +39,14 @@ class ApiKey:
     created_at: float = 0.0
     revoked_at: float | None = None
     budget: dict[str, int] | None = None  # this key's own limits (serve/budgets.py Budget)
+    user: str | None = None  # who uses it, for documents restricted to users (index/access.py)
+    groups: tuple[str, ...] = ()  # the groups it reads as
+
+    @property
+    def readers(self) -> frozenset[str] | None:
+        """The principals its searches and file reads are limited to; None (every document
+        of the tenant) for an ``admin`` key."""
+        return None if "admin" in self.scopes else principals_of(self.user, self.groups)
 
     @property
     def active(self) -> bool:
@@ -96,7 +105,12 @@ class KeyStore:
             return []
         except (OSError, json.JSONDecodeError) as exc:
             raise InvalidRequestError(f"cannot read the key file {self.path}: {exc}") from exc
-        return [ApiKey(**{**item, "scopes": tuple(item["scopes"])}) for item in raw["keys"]]
+        return [
+            ApiKey(
+                **{**item, "scopes": tuple(item["scopes"]), "groups": tuple(item.get("groups", ()))}
+            )
+            for item in raw["keys"]
+        ]
 
     def _write(self, keys: list[ApiKey]) -> None:
         payload = json.dumps({"keys": [asdict(k) for k in keys]}, indent=2)
@@ -106,14 +120,24 @@ class KeyStore:
         return self._read()
 
     def create(
-        self, tenant: str, scopes: Iterable[str] = DEFAULT_SCOPES, name: str = ""
+        self,
+        tenant: str,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
+        name: str = "",
+        user: str | None = None,
+        groups: Iterable[str] = (),
     ) -> tuple[ApiKey, str]:
-        """A new key for ``tenant``; the secret is returned once and never stored."""
+        """A new key for ``tenant`` (used by ``user``, reading as ``groups``: documents
+        restricted to them, index/access.py); the secret is returned once and never stored."""
         validate_tenant(tenant)
+        groups = tuple(dict.fromkeys(g.strip() for g in groups if g.strip()))
+        named = [*([f"user:{user}"] if user else []), *(f"group:{g}" for g in groups)]
+        parse_access(named, param="user" if user and not groups else "groups")  # well formed
         secret = PREFIX + secrets.token_urlsafe(32)
         key = ApiKey(
             id="key_" + secrets.token_hex(6), tenant=tenant, scopes=parse_scopes(scopes),
-            sha256=_digest(secret), name=name, created_at=time.time(),
+            sha256=_digest(secret), name=name, created_at=time.time(), user=user or None,
+            groups=groups,
         )  # fmt: skip
         with self._locked():
             self._write([*self._read(), key])

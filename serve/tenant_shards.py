@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from index.access import KEEP, Access
 from index.pipeline import IngestResult
 from index.store.collections import VectorStoreCatalog
 from index.store.uploads import UploadRecord
@@ -28,11 +29,15 @@ class TenantShards:
         self._handle = handle.options(multiplexed_model_id=tenant)
 
     async def upload(
-        self, file_name: str, data: bytes, wait_s: float
+        self, file_name: str, data: bytes, wait_s: float, access: Access | str = KEEP
     ) -> tuple[IngestResult | None, StoredFile | None]:
-        """Keep and ingest the upload, waiting up to ``wait_s``: (result, record) when it
-        ended in time, (None, the upload in progress) when it goes on."""
-        return await self._handle.upload.remote(file_name, data, wait_s)
+        """Keep and ingest the upload (for ``access``: index/access.py), waiting up to
+        ``wait_s``: (result, record) when it ended in time, (None, the upload in progress)
+        when it goes on."""
+        return await self._handle.upload.remote(file_name, data, wait_s, access)
+
+    async def set_access(self, doc_id: str, access: Access) -> None:
+        await self._handle.set_access.remote(doc_id, access)
 
     async def files(self) -> tuple[list[DocumentRecord], list[UploadRecord]]:
         return await self._handle.files.remote()

@@ -52,12 +52,14 @@ class PreparedDocument:
     attributes: dict[str, str] = field(default_factory=dict)
     flagged: Sequence[FlaggedPassage] = ()
     loader_version: str = ""  # the loaders' version that read ``document`` from the bytes
+    access: tuple[str, ...] | None = None  # who may read it (index/access.py); None: the tenant
 
 
 class StoredVersion(NamedTuple):
     version: int
     content_hash: str  # sha256 of the file's bytes
     loader_version: str  # "" for documents stored before loader versions were recorded
+    access: tuple[str, ...] | None = None  # who may read it (index/access.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,7 @@ class ShardStats:
 DOC_COLUMNS = (
     "d.doc_id, d.source, d.file_name, d.media_type, d.content_hash, d.version,"
     " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
-    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags"
+    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags, d.access"
 )
 
 
@@ -85,6 +87,7 @@ REPLACED_COLUMNS = ", ".join(
     for column in (
         "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
         "byte_count", "page_count", "attributes", "updated_at", "flags", "loader_version",
+        "access",
     )
 )  # fmt: skip
 
@@ -115,8 +118,18 @@ def store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
 
 
 def record(row: tuple) -> DocumentRecord:
-    flagged = tuple((start, end, reason) for start, end, reason in json.loads(row[-1]))
-    return DocumentRecord(*row[:-2], attributes=json.loads(row[-2]), flagged=flagged)
+    *fields, attributes, flags, access = row
+    flagged = tuple((start, end, reason) for start, end, reason in json.loads(flags))
+    return DocumentRecord(*fields, attributes=json.loads(attributes), flagged=flagged,
+                          access=access_of(access))  # fmt: skip
+
+
+def access_of(stored: str | None) -> tuple[str, ...] | None:
+    return None if stored is None else tuple(json.loads(stored))
+
+
+def access_json(access: tuple[str, ...] | None) -> str | None:
+    return None if access is None else json.dumps(sorted(access))
 
 
 def flags_within(flags: list, start: int, end: int) -> tuple[tuple[int, int], ...]:
@@ -148,6 +161,14 @@ def add_flags_column(db: sqlite3.Connection) -> None:
         raise
 
 
+def add_access_column(db: sqlite3.Connection) -> None:
+    """Shards written before access lists: add the columns, NULL (every document readable by
+    the whole tenant, as it was; an upload keeps the list of the document it replaces)."""
+    for table in ("documents", "uploads"):
+        if "access" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN access TEXT")
+
+
 def add_loader_version_column(db: sqlite3.Connection) -> None:
     """Shards written before loader versions were recorded: add the column, empty (an older
     loader than any), so that each document is read again when its file is ingested again."""
@@ -169,7 +190,7 @@ def insert_document(
     db.execute(
         "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
         " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags,"
-        " loader_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " loader_version, access) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         f" ON CONFLICT(doc_id) DO UPDATE SET {REPLACED_COLUMNS}",
         (
             item.doc_id,
@@ -187,6 +208,7 @@ def insert_document(
             now,
             flags_json(item.flagged),
             item.loader_version,
+            access_json(item.access),
         ),
     )
     return insert_chunks(db, doc.file_name, item.chunks, vectors)

@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS documents (
     attributes   TEXT NOT NULL DEFAULT '{}',
     flags        TEXT NOT NULL DEFAULT '[]', -- JSON: [[start, end, reason], ...] instruction-like
     loader_version TEXT NOT NULL DEFAULT '', -- index.loaders.LOADER_VERSION that read the text
+    access       TEXT,                   -- JSON: principals who may read it; NULL: the tenant
     created_at   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );
@@ -64,7 +65,8 @@ CREATE TABLE IF NOT EXISTS uploads (
     data       BLOB NOT NULL,                  -- the bytes as uploaded
     status     TEXT NOT NULL CHECK (status IN ('in_progress', 'error')),
     error      TEXT,                           -- why ingestion refused the file or failed
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    access     TEXT                            -- JSON: its readers; NULL: keep (index/access.py)
 );
 CREATE TABLE IF NOT EXISTS originals (
     doc_id     TEXT PRIMARY KEY REFERENCES documents(doc_id) ON DELETE CASCADE,

@@ -31,6 +31,9 @@ from index.store.rows import (
     Rewriter,
     ShardStats,
     StoredVersion,
+    access_json,
+    access_of,
+    add_access_column,
     add_flags_column,
     add_loader_version_column,
     exact_within,
@@ -88,6 +91,7 @@ class TenantShard:
             db.executescript(SCHEMA)
             add_flags_column(db)
             add_loader_version_column(db)
+            add_access_column(db)
             self._db = db
             if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
@@ -235,12 +239,39 @@ class TenantShard:
     # -- writes --------------------------------------------------------------------------------
 
     def current_version(self, doc_id: str) -> StoredVersion | None:
-        """The version, content hash and loader version of a stored document, or None."""
+        """The version, content hash, loader version and access of a stored document, or
+        None."""
         row = self._conn.execute(
-            "SELECT version, content_hash, loader_version FROM documents WHERE doc_id = ?",
+            "SELECT version, content_hash, loader_version, access FROM documents WHERE doc_id = ?",
             (doc_id,),
         ).fetchone()
-        return StoredVersion(*row) if row else None
+        return StoredVersion(*row[:3], access_of(row[3])) if row else None
+
+    def set_access(self, doc_id: str, access: tuple[str, ...] | None) -> None:
+        """Who may read a stored document (index/access.py), from the next search on: the
+        list is read at each search, nothing is embedded again. 404 if absent."""
+        with self._lock, self._transaction() as db:
+            changed = db.execute(
+                "UPDATE documents SET access = ? WHERE doc_id = ?", (access_json(access), doc_id)
+            ).rowcount
+            if not changed:
+                raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
+
+    def visible_doc_ids(self, principals: frozenset[str] | None) -> list[str] | None:
+        """The documents an identity holding ``principals`` may read, or None when it may
+        read them all (``principals`` None, an admin; or no document is restricted)."""
+        if principals is None:
+            return None
+        rows = self._conn.execute(
+            "SELECT doc_id, access FROM documents WHERE access IS NOT NULL"
+        ).fetchall()
+        if not rows:
+            return None
+        hidden = {d for d, a in rows if principals.isdisjoint(access_of(a))}
+        if not hidden:
+            return None
+        return [d for (d,) in self._conn.execute("SELECT doc_id FROM documents")
+                if d not in hidden]  # fmt: skip
 
     def write_documents(
         self, prepared: Sequence[PreparedDocument], model_id: str | None = None

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from index.access import KEEP, Access
 from index.errors import DocumentNotFoundError
 from index.store.shard import TenantShard
 
@@ -36,15 +37,20 @@ class Uploads:
     def __init__(self, shard: TenantShard, *, clock=time.time) -> None:
         self.shard, self._clock = shard, clock
 
-    def store(self, doc_id: str, file_name: str, data: bytes) -> UploadRecord:
-        """Keep the bytes, ``in_progress``; an earlier attempt at the same file is replaced."""
+    def store(
+        self, doc_id: str, file_name: str, data: bytes, access: Access | str = KEEP
+    ) -> UploadRecord:
+        """Keep the bytes, ``in_progress``; an earlier attempt at the same file is replaced.
+        ``access``: who will read the document (index/access.py), or KEEP (a new document is
+        the tenant's, a stored one keeps its list); written with it, never after."""
+        stored = None if access == KEEP else json.dumps(access)
         with self.shard.transaction(write=True) as db:
             db.execute(
-                "INSERT INTO uploads(doc_id, file_name, data, status, error, created_at)"
-                " VALUES (?, ?, ?, 'in_progress', NULL, ?) ON CONFLICT(doc_id) DO UPDATE SET"
+                "INSERT INTO uploads(doc_id, file_name, data, status, error, created_at, access)"
+                " VALUES (?, ?, ?, 'in_progress', NULL, ?, ?) ON CONFLICT(doc_id) DO UPDATE SET"
                 " file_name = excluded.file_name, data = excluded.data, status = 'in_progress',"
-                " error = NULL, created_at = excluded.created_at",
-                (doc_id, file_name, data, int(self._clock())),
+                " error = NULL, created_at = excluded.created_at, access = excluded.access",
+                (doc_id, file_name, data, int(self._clock()), stored),
             )
             db.execute(
                 "UPDATE vector_store_files SET status = 'in_progress', last_error = NULL"
@@ -95,6 +101,15 @@ class Uploads:
         if found is None:
             raise DocumentNotFoundError(f"no file {doc_id!r} in this tenant", param="file_id")
         return UploadRecord(*found)
+
+    def access(self, doc_id: str) -> Access | str:
+        """Who the upload's document is for, as given to ``store`` (KEEP when not given)."""
+        with self.shard.transaction() as db:
+            row = db.execute("SELECT access FROM uploads WHERE doc_id = ?", (doc_id,)).fetchone()
+        if row is None or row[0] is None:
+            return KEEP
+        given = json.loads(row[0])
+        return None if given is None else tuple(given)
 
     def pending(self, doc_id: str) -> bool:
         """Whether the upload is still being ingested (not deleted, not finished)."""

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from index.access import KEEP, parse_access
 from index.pipeline import IngestResult, discover
 from index.service import IndexService
 from serve.cli.common import (
@@ -27,6 +28,13 @@ from serve.cli.common import (
 from serve.query.retrieval import SEARCH_MODES, SearchFilter, SearchParams, search_tenant
 
 commands = typer.Typer()
+AccessOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Who may read the files: user:<name> and group:<name>, comma-separated ('tenant': "
+        "everyone). Default: new files are the tenant's, stored ones keep their list."
+    ),
+]
 
 
 @commands.command()
@@ -35,16 +43,18 @@ def ingest(
     tenant: TenantOpt,
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursive).")],
     attr: AttrOpt = None,
+    access: AccessOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files into a tenant: added, replaced, unchanged (same content) or refused."""
     attributes = _attributes(attr)
+    readers = _run(lambda: parse_access(access)) if access is not None else KEEP
 
     def work() -> list[IngestResult]:
         service: IndexService = ctx.obj.index()
         pipeline = service.pipeline(tenant)
         files, results = discover(paths)
-        files = [dataclasses.replace(f, attributes=attributes) for f in files]
+        files = [dataclasses.replace(f, attributes=attributes, access=readers) for f in files]
         with _progress(transient=True) as progress:
             task = progress.add_task(f"ingesting into {tenant}", total=len(files))
             for result in pipeline.ingest(files):
@@ -139,17 +149,49 @@ def docs(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> Non
     if as_json:
         _print_json({"tenant": tenant, "documents": [dataclasses.asdict(r) for r in records]})
         return
-    table = _table("doc id", "file", "type", "version", "chunks", "flagged", "updated",
-                   whole=("doc id",))  # fmt: skip
+    table = _table("doc id", "file", "type", "version", "chunks", "flagged", "readers",
+                   "updated", whole=("doc id",))  # fmt: skip
     for r in records:
+        readers = ", ".join(r.access) if r.access else "tenant"
         table.add_row(r.doc_id, r.file_name, r.media_type, str(r.version), str(r.chunk_count),
-                      str(len(r.flagged)), r.updated_at)  # fmt: skip
+                      str(len(r.flagged)), readers, r.updated_at)  # fmt: skip
     out.print(table)
     for r in (r for r in records if r.flagged):
         text = shard.document_text(r.doc_id)
         err.print(f"{r.file_name}: withheld from answers as instruction-like text:")
         for start, end, reason in r.flagged:
             err.print(f"  [{start}:{end}] ({reason}) {text[start:end][:200]!r}")
+
+
+@commands.command("access")
+def set_access(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    doc_id: Annotated[str, typer.Argument(help="Document id, as `grounded docs` lists it.")],
+    readers: Annotated[
+        str | None,
+        typer.Argument(
+            help="Who may read it: user:<name> and group:<name>, comma-separated; 'tenant' "
+            "for everyone in the tenant. Without it, the current list is shown."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show or change who may read a document, from the next request on (nothing is
+    embedded again). Keys read what is open to the tenant and what names their user or one
+    of their groups (`grounded keys create --user --groups`); admin keys read everything."""
+
+    def work():
+        shard = ctx.obj.index().shard(tenant)
+        if readers is not None:
+            shard.set_access(doc_id, parse_access(readers))
+        return shard.get_document(doc_id).access
+
+    access = _run(work)
+    if as_json:
+        _print_json({"tenant": tenant, "doc_id": doc_id, "access": access})
+    else:
+        out.print(f"{doc_id}: " + (", ".join(access) if access else "the whole tenant"))
 
 
 @commands.command()

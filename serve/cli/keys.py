@@ -16,6 +16,7 @@ def _key_row(key) -> dict:
     return {
         "id": key.id, "tenant": key.tenant, "scopes": list(key.scopes), "name": key.name,
         "created_at": key.created_at, "revoked_at": key.revoked_at, "budget": key.budget or {},
+        "user": key.user, "groups": list(key.groups),
     }  # fmt: skip
 
 
@@ -31,13 +32,23 @@ def keys_create(
         str, typer.Option(help="Comma-separated: query, ingest, admin.")
     ] = "query,ingest",
     name: Annotated[str, typer.Option(help="A label for `keys list`.")] = "",
+    user: Annotated[
+        str | None, typer.Option(help="Who uses it: reads documents restricted to user:<this>.")
+    ] = None,
+    groups: Annotated[
+        str, typer.Option(help="Comma-separated groups it reads as (documents for group:<g>).")
+    ] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a key and print it once (only its hash is stored)."""
+    """Create a key and print it once (only its hash is stored). A key without the admin
+    scope reads the tenant's documents open to everyone, and those restricted to its user or
+    one of its groups (`grounded docs access`)."""
     from serve.keys import KeyStore
 
     store = KeyStore(ctx.obj.config.data_dir)
-    key, secret = _run(lambda: store.create(tenant, scopes.split(","), name))
+    key, secret = _run(
+        lambda: store.create(tenant, scopes.split(","), name, user, groups.split(","))
+    )
     if as_json:
         _print_json({**_key_row(key), "key": secret})
         return

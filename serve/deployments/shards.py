@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from index.access import KEEP
 from index.errors import (
     DocumentNotFoundError,
     EmbedderChangedError,
@@ -104,7 +105,7 @@ class Shards:
             hits = None
         return shard.manifest.embedder_model_id, hits
 
-    async def upload(self, file_name: str, data: bytes, wait_s: float):
+    async def upload(self, file_name: str, data: bytes, wait_s: float, access=KEEP):
         """Keep the upload, ingest it in the background (it may outlast the request, and a
         restart: see ``_load_shard``) and wait up to ``wait_s`` for it. Returns
         (IngestResult, DocumentRecord | None) when it ended in time (a refusal then leaves
@@ -112,7 +113,7 @@ class Shards:
         shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
         doc_id = doc_id_for(f"upload:{tenant}:{file_name}")
         uploads = Uploads(shard)
-        await asyncio.to_thread(uploads.store, doc_id, file_name, data)
+        await asyncio.to_thread(uploads.store, doc_id, file_name, data, access)
         task = self._ingest_upload(shard, tenant, doc_id)
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:
@@ -155,8 +156,9 @@ class Shards:
             return not uploads.pending(doc_id)
 
         source = SourceFile.from_bytes(
-            data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id
-        )
+            data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id,
+            access=uploads.access(doc_id),
+        )  # fmt: skip
         try:
             try:
                 [result] = list(pipeline.ingest([source], deleted))
@@ -218,6 +220,10 @@ class Shards:
         if original is not None:
             return "original", *original
         return "text", await asyncio.to_thread(shard.document_text, doc_id)
+
+    async def set_access(self, doc_id: str, access) -> None:
+        shard = await self._shard()
+        await asyncio.to_thread(shard.set_access, doc_id, access)
 
     async def delete(self, doc_id: str) -> None:
         shard = await self._shard()

@@ -98,6 +98,11 @@ class QueryOptions:
     max_prompt_tokens: int | None = None  # a budget's cap: sources are trimmed to fit it
 
 
+def readers_of(options: QueryOptions) -> frozenset[str] | None:
+    """The principals the asker reads as (None: every document of the tenant)."""
+    return options.search_filter.readable_by if options.search_filter else None
+
+
 class QueryPipeline:
     def __init__(
         self,
@@ -166,7 +171,7 @@ class QueryPipeline:
             query,
             hits[: config.rerank.candidates],
             config.rerank.top_n or top_k,
-            cache_salt(tenant),
+            cache_salt(tenant, readers_of(options)),
             first_part=next(iter(question_parts(query, language)), ""),
         )
         watch.lap("rerank")
@@ -189,7 +194,7 @@ class QueryPipeline:
         ``admit`` admits the generator's work before the answer (condensing, reranking)."""
         watch = watch or Stopwatch()
         check_question_fits(question, max_tokens or DEFAULT_MAX_TOKENS, self.generator)
-        salt = cache_salt(tenant)
+        salt = cache_salt(tenant, readers_of(options))
         query = await condense_query(
             question,
             history,

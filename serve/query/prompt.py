@@ -62,10 +62,15 @@ def source_text(hit: SearchHit, withhold: bool = True) -> str:
     return as_named_rows(text, hit.rows)
 
 
-def cache_salt(tenant: str) -> str:
-    """vLLM cache_salt for a tenant: cached prefix blocks (and their timing) never cross
-    tenants, while one tenant's requests share them."""
-    return hashlib.sha256(f"grounded-tenant:{tenant}".encode()).hexdigest()[:32]
+def cache_salt(tenant: str, readers: frozenset[str] | None = None) -> str:
+    """vLLM cache_salt for a tenant and the principals its asker reads as (index/access.py;
+    None: everything of the tenant): cached prefix blocks (and their timing) never cross
+    tenants, nor identities that may read different documents, while requests of the same
+    readers share them."""
+    if readers is None:
+        return hashlib.sha256(f"grounded-tenant:{tenant}".encode()).hexdigest()[:32]
+    scope = f"grounded-tenant:{tenant}|readers:{','.join(sorted(readers))}"
+    return hashlib.sha256(scope.encode()).hexdigest()[:32]
 
 
 def canonical_order(hits: Iterable[SearchHit]) -> list[Source]:

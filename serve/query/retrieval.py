@@ -24,15 +24,38 @@ NEAR_DUPLICATE = 0.9  # word-trigram Jaccard similarity above which a lower hit 
 
 @dataclass(frozen=True, slots=True)
 class SearchFilter:
-    """Narrows a search to documents matching every given condition (None = no condition)."""
+    """Narrows a search to documents matching every given condition (None = no condition).
+    ``readable_by``: the asker's principals (index/access.py); only the documents they may
+    read are searched, before anything is ranked. None: every document of the tenant (an
+    admin, or the operator's own commands)."""
 
     doc_ids: tuple[str, ...] | None = None
     file_names: tuple[str, ...] | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    readable_by: frozenset[str] | None = None
 
     @property
     def empty(self) -> bool:
         return self.doc_ids is None and self.file_names is None and not self.attributes
+
+
+def searched_doc_ids(shard: TenantShard, search_filter: SearchFilter | None) -> list[str] | None:
+    """The documents a search may return (None: all of the shard's): those the filter's
+    conditions match, of those its asker may read."""
+    if search_filter is None:
+        return None
+    doc_ids = None
+    if not search_filter.empty:
+        doc_ids = shard.matching_doc_ids(
+            search_filter.doc_ids, search_filter.file_names, search_filter.attributes
+        )
+    visible = shard.visible_doc_ids(search_filter.readable_by)
+    if visible is None:
+        return doc_ids
+    if doc_ids is None:
+        return visible
+    readable = set(visible)
+    return [d for d in doc_ids if d in readable]
 
 
 def _trigrams(text: str) -> set[tuple[str, ...]]:
@@ -69,11 +92,7 @@ def retrieve(
     """Top-``k`` (hit, score): cosine for dense, negated BM25 for lexical, and for hybrid the
     RRF or weighted score over ``pool`` candidates from each side. Near-duplicates are dropped;
     ``score_threshold`` applies to the returned score."""
-    doc_ids = None
-    if search_filter is not None and not search_filter.empty:
-        doc_ids = shard.matching_doc_ids(
-            search_filter.doc_ids, search_filter.file_names, search_filter.attributes
-        )
+    doc_ids = searched_doc_ids(shard, search_filter)
     pool = max(k, pool) if mode == "hybrid" else 2 * k  # room for dropped near-duplicates
     dense: list[SearchHit] = []
     lexical: list[SearchHit] = []

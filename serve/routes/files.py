@@ -10,7 +10,9 @@ from typing import Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict
 
+from index.access import KEEP, may_read, parse_access
 from index.errors import DocumentNotFoundError, InvalidRequestError
 from serve import objects, openapi
 from serve.routes import gateway
@@ -19,14 +21,10 @@ router = APIRouter()
 
 
 async def _file(request: Request, scope: str, file_id: str):
-    """The caller's file (a document, or an upload being ingested), or 404: another tenant's
-    ids are answered exactly like ids that never existed."""
+    """The caller's key and file (Gateway.readable_file: 404 for what it may not read)."""
     service = gateway(request)
     key = service.key(request, scope)
-    try:
-        return key, await service.shards_for(key.tenant).file(file_id)
-    except DocumentNotFoundError:
-        raise DocumentNotFoundError(f"no such file: {file_id}") from None
+    return key, await service.readable_file(key, file_id)
 
 
 FILES_LIMIT = 10_000  # OpenAI's default and maximum page for GET /v1/files
@@ -37,9 +35,11 @@ async def upload(
     request: Request,
     file: UploadFile = File(...),  # noqa: B008
     purpose: str = Form("assistants"),  # accepted as OpenAI clients send it; not used
+    access: str | None = Form(None),  # Grounded's: who may read it (index/access.py)
 ) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "ingest")
+    readers = KEEP if access is None else parse_access(access)
     limit = service.config.index.limits.max_bytes
     data = await file.read(limit + 1)
     name = Path(file.filename or "").name
@@ -53,7 +53,7 @@ async def upload(
         error.status = 413
         raise error
     wait_s = service.config.serve.upload_wait_s
-    result, record = await service.shards_for(key.tenant).upload(name, data, wait_s)
+    result, record = await service.shards_for(key.tenant).upload(name, data, wait_s, readers)
     if result is not None and result.status == "refused":
         raise objects.refusal(result)
     return objects.file_object(record)  # processed, or still being ingested ("uploaded")
@@ -72,6 +72,7 @@ async def files(
     service = gateway(request)
     key = service.key(request, "query")
     documents, uploads = await service.shards_for(key.tenant).files()
+    documents = [d for d in documents if may_read(d.access, key.readers)]
     listed = [objects.file_object(r) for r in [*documents, *uploads]]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
@@ -89,9 +90,9 @@ async def file_content(request: Request, file_id: str, format: str = "original")
     """The file as uploaded; ``?format=text``: its text as stored (extracted from PDF and
     HTML), of which citation URLs give character ranges (``#char=start,end``)."""
     service = gateway(request)
-    key = service.key(request, "query")
     if format not in ("original", "text"):
         raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
+    key, _ = await _file(request, "query", file_id)
     try:
         kind, *found = await service.shards_for(key.tenant).content(file_id, format == "text")
     except DocumentNotFoundError:
@@ -102,6 +103,22 @@ async def file_content(request: Request, file_id: str, format: str = "original")
     media = mimetypes.guess_type(name)[0] or "application/octet-stream"
     disposition = f"attachment; filename*=UTF-8''{urllib.parse.quote(name)}"
     return Response(data, media_type=media, headers={"content-disposition": disposition})
+
+
+class AccessUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    access: list[str] | str  # principals (user:<name>, group:<name>), or "tenant"
+
+
+@router.post("/v1/files/{file_id}/access", response_model=None, responses=openapi.FILE)
+async def set_access(request: Request, file_id: str, body: AccessUpdate) -> dict[str, Any]:
+    """Grounded's: who may read a stored file, from the next request on (nothing is embedded
+    again). Needs the ingest scope; a key may not change a file it cannot read."""
+    key, _ = await _file(request, "ingest", file_id)
+    service = gateway(request)
+    await service.shards_for(key.tenant).set_access(file_id, parse_access(body.access))
+    return objects.file_object(await service.readable_file(key, file_id))
 
 
 @router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)

@@ -209,7 +209,19 @@ async def list_files(
 ) -> dict[str, Any]:
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter)  # fmt: skip
-    return _page(page, "vector_store.file", request)
+    return _page(await _readable(request, page), "vector_store.file", request)
+
+
+async def _readable(request: Request, page: Any) -> Any:
+    """A page of store files without those the caller may not read (index/access.py)."""
+    service = gateway(request)
+    hidden = await service.hidden_files(service.key(request, "query"))
+    return dataclasses.replace(page, data=[r for r in page.data if r.id not in hidden])
+
+
+async def _readable_file(request: Request, file_id: str) -> None:
+    service = gateway(request)
+    await service.readable_file(service.key(request, "query"), file_id)
 
 
 @router.get(
@@ -219,6 +231,7 @@ async def list_files(
 )
 async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     record = await catalog(request, "query", Catalog.get_store_file, store_id, file_id)
+    await _readable_file(request, file_id)
     return _object(record, "vector_store.file", request)
 
 
@@ -259,6 +272,7 @@ async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str
 async def file_content(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     """The file's text as Grounded stores it (what its chunks index), one text part."""
     await catalog(request, "query", Catalog.get_store_file, store_id, file_id)  # a member, or 404
+    await _readable_file(request, file_id)
     service = gateway(request)
     key = service.key(request, "query")
     text = await service.shards_for(key.tenant).text(file_id)
@@ -324,7 +338,7 @@ async def batch_files(
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter,
                          batch_id=batch_id)  # fmt: skip
-    return _page(page, "vector_store.file", request)
+    return _page(await _readable(request, page), "vector_store.file", request)
 
 
 @router.post("/v1/vector_stores/{store_id}/search", response_model=None, responses=openapi.SEARCH)
@@ -349,8 +363,10 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
         search_filter, attributes = await service.stores_filter(
             key.tenant, [store_id], body.filters
         )
-    options = QueryOptions(top_k=body.max_num_results, gate=False, score_threshold=threshold,
-                           search_filter=search_filter)  # fmt: skip
+    options = service.scoped(key, QueryOptions(
+        top_k=body.max_num_results, gate=False, score_threshold=threshold,
+        search_filter=search_filter,
+    ))  # fmt: skip
     # The generator reranker, when configured, is the generator's work: admitted.
     hits = await service.pipeline.retrieve(
         key.tenant, query, options, admit=service.admission(key, [])

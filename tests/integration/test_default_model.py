@@ -45,34 +45,49 @@ def model_folder():
     return folder
 
 
-def test_default_model_answers_with_a_citation_and_abstains(model_folder, tmp_path, minilm):
+@pytest.fixture(scope="module")
+def engine(model_folder):
+    """One engine for the module's tests (starting the 1.5B model costs tens of seconds), on
+    one event loop, which its background tasks live on: ``run(coroutine)`` runs on it."""
+    config = load_config(REPO / "configs" / "cpu.yaml")
+    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+    loop = asyncio.new_event_loop()
+
+    async def start():
+        return VllmGenerator(generator_config).start()
+
+    generator = loop.run_until_complete(start())
+    try:
+        yield generator, loop.run_until_complete
+    finally:
+        generator.shutdown()
+        loop.close()
+
+
+def test_default_model_answers_with_a_citation_and_abstains(engine, tmp_path, minilm):
     config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
     service = IndexService(config.index, tmp_path, embedder=minilm).start()
     files, _ = discover([CORPUS / "acme"])
     list(service.pipeline("acme").ingest(files))
-    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+    generator, run = engine
     query = config.query
     assert query.min_answer_support is not None  # the shipped check
     question = "How many days of paid annual leave do employees get per year?"
 
     async def ask_both():
-        generator = VllmGenerator(generator_config).start()
-        try:
-            pipeline = QueryPipeline(LocalSearcher(service), generator, query)
-            leave = await pipeline.answer("acme", question, max_tokens=80)
-            absent = await pipeline.answer("acme", "Who won the 1998 football world cup?")
-            check = AnswerCheck(generator, query.min_answer_support)
-            own = next(s for s in leave.sources if "27" in s.hit.text)
-            options = QueryOptions(top_k=5, gate=False)
-            hits = await pipeline.retrieve("acme", "GX-4200 safety", options)
-            other = Source(own.number, next(h for h in hits if "27" not in h.text))
-            support = [await check.support(check.prompt(question, "27 days", source), "test")
-                       for source in (own, other)]  # fmt: skip
-            return leave, absent, support
-        finally:
-            generator.shutdown()
+        pipeline = QueryPipeline(LocalSearcher(service), generator, query)
+        leave = await pipeline.answer("acme", question, max_tokens=80)
+        absent = await pipeline.answer("acme", "Who won the 1998 football world cup?")
+        check = AnswerCheck(generator, query.min_answer_support)
+        own = next(s for s in leave.sources if "27" in s.hit.text)
+        options = QueryOptions(top_k=5, gate=False)
+        hits = await pipeline.retrieve("acme", "GX-4200 safety", options)
+        other = Source(own.number, next(h for h in hits if "27" not in h.text))
+        support = [await check.support(check.prompt(question, "27 days", source), "test")
+                   for source in (own, other)]  # fmt: skip
+        return leave, absent, support
 
-    leave, absent, (own_support, other_support) = asyncio.run(ask_both())
+    leave, absent, (own_support, other_support) = run(ask_both())
     service.close()
     assert not leave.abstained and "27" in leave.text, leave.text
     cited = {c.source.hit.file_name for c in leave.cited}
@@ -103,7 +118,7 @@ DEMO_ANSWERS = {
 }  # fmt: skip
 
 
-def test_every_demo_question_is_answered_right_and_cited(model_folder, tmp_path, minilm):
+def test_every_demo_question_is_answered_right_and_cited(engine, tmp_path, minilm):
     from serve.demo import QUESTIONS
 
     assert {q for questions in QUESTIONS.values() for q in questions} == set(DEMO_ANSWERS)
@@ -112,18 +127,14 @@ def test_every_demo_question_is_answered_right_and_cited(model_folder, tmp_path,
     for tenant in QUESTIONS:
         files, _ = discover([CORPUS / tenant])
         list(service.pipeline(tenant).ingest(files))
-    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+    generator, run = engine
 
     async def ask_all():
-        generator = VllmGenerator(generator_config).start()
-        try:
-            pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
-            return {q: await pipeline.answer(tenant, q, max_tokens=160)  # as serve/demo.py asks
-                    for tenant, questions in QUESTIONS.items() for q in questions}  # fmt: skip
-        finally:
-            generator.shutdown()
+        pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+        return {q: await pipeline.answer(tenant, q, max_tokens=160)  # as serve/demo.py asks
+                for tenant, questions in QUESTIONS.items() for q in questions}  # fmt: skip
 
-    answers = asyncio.run(ask_all())
+    answers = run(ask_all())
     service.close()
     for question, expected in DEMO_ANSWERS.items():
         answer = answers[question]
@@ -150,23 +161,19 @@ OFFICE_QUESTIONS = {
 }
 
 
-def test_every_format_is_answered_and_cited_with_its_place(model_folder, tmp_path, minilm):
+def test_every_format_is_answered_and_cited_with_its_place(engine, tmp_path, minilm):
     config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
     service = IndexService(config.index, tmp_path, embedder=minilm).start()
     sources = [SourceFile.from_bytes(data, name) for name, data in format_files().items()]
     results = list(service.pipeline("office").ingest(sources))
     assert all(r.status == "added" for r in results), results
-    generator_config = config.generator.model_copy(update={"model": str(model_folder)})
+    generator, run = engine
 
     async def ask_all():
-        generator = VllmGenerator(generator_config).start()
-        try:
-            pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
-            return {q: await pipeline.answer("office", q, max_tokens=80) for q in OFFICE_QUESTIONS}
-        finally:
-            generator.shutdown()
+        pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+        return {q: await pipeline.answer("office", q, max_tokens=80) for q in OFFICE_QUESTIONS}
 
-    answers = asyncio.run(ask_all())
+    answers = run(ask_all())
     service.close()
     for question, (file_name, says, page) in OFFICE_QUESTIONS.items():
         answer = answers[question]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from index.access import KEEP
 from index.errors import GroundedError
 from index.pipeline import SourceFile, doc_id_for
 from index.service import IndexService
@@ -43,9 +44,9 @@ class InProcessShards:
         self.service, self.tenant = service, tenant
         self.shard = service.shard(tenant, create=True)
 
-    async def upload(self, file_name: str, data: bytes, wait_s: float):
+    async def upload(self, file_name: str, data: bytes, wait_s: float, access=KEEP):
         doc_id = doc_id_for(f"upload:{self.tenant}:{file_name}")
-        source = SourceFile.from_bytes(data, file_name, doc_id=doc_id)
+        source = SourceFile.from_bytes(data, file_name, doc_id=doc_id, access=access)
         [result] = self.service.pipeline_for(self.shard).ingest([source])
         if result.status == "refused":
             return result, None
@@ -65,6 +66,9 @@ class InProcessShards:
 
     async def delete(self, doc_id: str) -> None:
         self.shard.delete_document(doc_id)
+
+    async def set_access(self, doc_id: str, access) -> None:
+        self.shard.set_access(doc_id, access)
 
     async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
         return {r.doc_id: r.attributes for r in self.shard.list_documents() if r.doc_id in doc_ids}
@@ -92,6 +96,7 @@ def world(tmp_path):
         None,
         data_dir=str(tmp_path / "data"),
         budgets={"tenants": {"initech": {"tokens_per_minute": 400}}},
+        query={"min_dense_score": 0.0},  # the hashing embedder's cosines are no relevance
     )
     service = IndexService(config.index, config.data_dir, embedder=HashingEmbedder()).start()
     keys = KeyStore(config.data_dir)
@@ -100,6 +105,8 @@ def world(tmp_path):
         "acme-read": keys.create("acme", ["query"])[1],
         "globex": keys.create("globex", ["query", "ingest"])[1],
         "initech": keys.create("initech", ["query", "ingest"])[1],
+        "acme-hr": keys.create("acme", ["query"], user="hana", groups=["hr"])[1],
+        "acme-admin": keys.create("acme", ["admin"])[1],
     }
     for tenant in ("acme", "globex", "initech"):  # the Shards deployment opens them on first use
         service.shard(tenant, create=True)
@@ -363,3 +370,75 @@ def test_the_generator_starting_is_503_service_unavailable(world, monkeypatch):
     response = build().post("/v1/chat/completions", headers=auth(secrets["acme"]), json=QUESTION)
     assert response.status_code == 503 and error_of(response)["type"] == "service_unavailable"
     assert "starting" in error_of(response)["message"]
+
+
+SALARY = b"The salary band for engineers is 70,000 to 90,000 euros a year."
+
+
+def test_a_restricted_document_reaches_only_those_who_may_read_it(world):
+    """Two identities in one tenant, one document for group:hr: nothing of it reaches the
+    other through chat (plain and streamed), Responses with file_search, vector-store search
+    and files, whatever it asks; it reaches hr, and admins."""
+    build, secrets = world
+    client = build(ScriptedGenerator("The band is the one the source gives [1]."))
+    acme, hr, admin = (auth(secrets[k]) for k in ("acme", "acme-hr", "acme-admin"))
+    leave = upload(client, secrets["acme"]).json()["id"]
+    created = client.post("/v1/files", headers=acme, files={"file": ("salaries.txt", SALARY)},
+                          data={"purpose": "assistants", "access": "group:hr"})  # fmt: skip
+    assert created.status_code == 200 and created.json()["grounded"]["access"] == ["group:hr"]
+    salary = created.json()["id"]
+    asked = {
+        "model": "grounded",
+        "messages": [{"role": "user", "content": "What is the salary band for engineers?"}],
+    }
+
+    def leaked(response) -> bool:  # a 404 repeats the id it was asked about, nothing more
+        named = salary in response.text and response.status_code != 404
+        return named or "70,000" in response.text or "salaries" in response.text
+
+    answers = [client.post("/v1/chat/completions", headers=acme, json=asked),
+               client.post("/v1/chat/completions", headers=acme, json={**asked, "stream": True}),
+               client.post("/v1/responses", headers=acme, json={
+                   "model": "grounded", "input": asked["messages"][0]["content"],
+                   "tools": [{"type": "file_search", "vector_store_ids": ["vs_acme"]}]}),
+               client.post("/v1/vector_stores/vs_acme/search", headers=acme,
+                           json={"query": "salary band engineers euros"}),
+               client.get("/v1/files", headers=acme),
+               client.get(f"/v1/files/{salary}", headers=acme),
+               client.get(f"/v1/files/{salary}/content", headers=acme),
+               client.delete(f"/v1/files/{salary}", headers=acme)]  # fmt: skip
+    assert [r.status_code for r in answers] == [200, 200, 200, 200, 200, 404, 404, 404]
+    assert not any(leaked(r) for r in answers), [r.text[:300] for r in answers if leaked(r)]
+    assert leave in answers[4].text  # the open document is still listed and searched
+
+    for reader in (hr, admin):
+        found = client.post("/v1/vector_stores/vs_acme/search", headers=reader,
+                            json={"query": "salary band engineers euros"}).json()  # fmt: skip
+        assert salary in {hit["file_id"] for hit in found["data"]}
+        answered = client.post("/v1/chat/completions", headers=reader, json=asked).json()
+        assert salary in {s["file_id"] for s in answered["grounded"]["sources"]}
+        assert client.get(f"/v1/files/{salary}/content", headers=reader).status_code == 200
+
+
+def test_access_is_changed_by_a_key_that_reads_it_and_holds_from_the_next_request(world):
+    build, secrets = world
+    client = build()
+    acme, reader, admin = (auth(secrets[k]) for k in ("acme", "acme-read", "acme-admin"))
+    created = client.post("/v1/files", headers=acme, files={"file": ("salaries.txt", SALARY)},
+                          data={"access": "group:hr"}).json()  # fmt: skip
+    path = f"/v1/files/{created['id']}/access"
+    assert client.get(f"/v1/files/{created['id']}", headers=reader).status_code == 404
+    assert client.post(path, headers=reader, json={"access": "tenant"}).status_code == 403
+    hidden = client.post(path, headers=acme, json={"access": "tenant"})
+    assert hidden.status_code == 404  # an ingest key may not change what it cannot read
+    bad = client.post(path, headers=admin, json={"access": "hr"})
+    assert bad.status_code == 400 and "group:<name>" in error_of(bad)["message"]
+    opened = client.post(path, headers=admin, json={"access": "tenant"})
+    assert opened.status_code == 200 and opened.json()["grounded"]["access"] is None
+    assert client.get(f"/v1/files/{created['id']}", headers=reader).status_code == 200
+    version = opened.json()["grounded"]["version"]
+    assert version == created["grounded"]["version"]  # nothing embedded again
+    bad_upload = client.post("/v1/files", headers=acme, files={"file": ("x.txt", SALARY)},
+                             data={"access": "everyone"})  # fmt: skip
+    assert bad_upload.status_code == 400
+    assert "x.txt" not in client.get("/v1/files", headers=admin).text

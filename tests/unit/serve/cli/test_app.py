@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 def test_every_command_is_registered_in_the_help_order():
     root = typer.main.get_command(app)
     assert list(root.commands) == [
-        "ingest", "search", "docs", "delete", "reindex", "stats", "ask", "eval",
+        "ingest", "search", "docs", "access", "delete", "reindex", "stats", "ask", "eval",
         "check-config", "usage", "backup", "restore", "up", "models", "keys", "stores",
     ]  # fmt: skip
     groups = {name: list(root.commands[name].commands) for name in ("models", "keys", "stores")}

@@ -1,0 +1,81 @@
+"""Access lists inside a tenant (index/access.py): parsed, stored with the document, changed
+without re-embedding, and applied before ranking."""
+
+import pytest
+
+from index.access import KEEP, may_read, parse_access, principals_of
+from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.pipeline import SourceFile
+from serve.query.retrieval import SearchFilter, SearchParams, search_tenant
+
+pytestmark = pytest.mark.unit
+
+HR = ("group:hr",)
+SALARY = b"The salary band for engineers is 70,000 to 90,000 euros a year."
+
+
+def test_access_lists_are_parsed_strictly():
+    assert parse_access("group:hr, user:alice@example.com") == (
+        "group:hr",
+        "user:alice@example.com",
+    )
+    assert parse_access(["user:bob", "user:bob"]) == ("user:bob",)
+    assert (
+        parse_access("tenant") is None and parse_access("") is None and parse_access(None) is None
+    )
+    for bad in ("hr", "role:hr", "group:", "group:h r", "user:a;b"):
+        with pytest.raises(InvalidRequestError, match="user:<name> or group:<name>"):
+            parse_access(bad)
+
+
+def test_who_may_read_what():
+    alice = principals_of("alice", ["hr"])
+    assert alice == {"user:alice", "group:hr"}
+    assert may_read(None, frozenset()) and may_read(HR, alice) and may_read(HR, None)
+    assert not may_read(HR, principals_of("bob", ["sales"])) and not may_read(HR, frozenset())
+
+
+def ingest(service, tenant, name, data, access=KEEP):
+    [result] = service.pipeline(tenant).ingest([SourceFile.from_bytes(data, name, access=access)])
+    return result
+
+
+def test_a_document_keeps_its_list_when_its_file_comes_again(fake_service):
+    shard = fake_service.shard("acme", create=True)
+    first = ingest(fake_service, "acme", "salaries.txt", SALARY, HR)
+    assert shard.get_document(first.doc_id).access == HR
+    ingest(fake_service, "acme", "salaries.txt", SALARY + b" Reviewed in May.")  # KEEP
+    assert shard.get_document(first.doc_id).access == HR
+    same = ingest(fake_service, "acme", "salaries.txt", SALARY + b" Reviewed in May.", None)
+    assert same.status == "unchanged" and shard.get_document(first.doc_id).access is None
+    version = shard.get_document(first.doc_id).version
+    shard.set_access(first.doc_id, ("user:carol",))  # nothing embedded again
+    assert shard.get_document(first.doc_id).access == ("user:carol",)
+    assert shard.get_document(first.doc_id).version == version
+    with pytest.raises(DocumentNotFoundError):
+        shard.set_access("no-such-doc", HR)
+
+
+def test_restricted_documents_are_filtered_before_ranking(fake_service):
+    """The restricted document matches the question best; an identity that may not read it
+    gets the full k others, not k minus it (no post-filtering of a fixed top k)."""
+    ingest(fake_service, "acme", "salaries.txt", SALARY, HR)
+    for n in range(6):
+        ingest(
+            fake_service, "acme", f"note-{n}.txt", f"Engineers note {n} about the salary.".encode()
+        )
+    question = "salary band for engineers euros"
+    for mode in ("dense", "lexical", "hybrid"):
+        params = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=frozenset()))
+        outsider = search_tenant(fake_service, "acme", question, 5, params)
+        assert len(outsider) == 5 and all(h.file_name != "salaries.txt" for h, _ in outsider)
+        hr = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=frozenset(HR)))
+        readable = search_tenant(fake_service, "acme", question, 5, hr)
+        assert "salaries.txt" in {h.file_name for h, _ in readable}
+        admin = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=None))
+        assert "salaries.txt" in {h.file_name for h, _ in search_tenant(
+            fake_service, "acme", question, 5, admin)}  # fmt: skip
+    narrowed = SearchFilter(file_names=("salaries.txt",), readable_by=frozenset())
+    assert (
+        search_tenant(fake_service, "acme", question, 5, SearchParams(search_filter=narrowed)) == []
+    )
