@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from index.config import IndexConfig
 from index.errors import ConfigError
 from serve.budgets import BudgetsConfig
+from serve.identity import AuthConfig
 from serve.query.config import QueryConfig
 from serve.resources import gpu_packing, gpu_requests
 from serve.tracing import TracingConfig
@@ -140,6 +141,7 @@ class AppConfig(BaseSettings):
     generator: GeneratorConfig = GeneratorConfig()
     serve: ServeConfig = ServeConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    auth: AuthConfig = AuthConfig()
 
     @classmethod
     def settings_customise_sources(

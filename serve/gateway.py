@@ -23,6 +23,7 @@ from index.store.collections import VectorStoreCatalog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
 from serve.fairness import FairQueue
+from serve.identity import Authenticator
 from serve.keys import ApiKey, KeyStore
 from serve.metrics import metrics
 from serve.query.admission import Grant, Usage
@@ -60,7 +61,7 @@ class Gateway:
     def __init__(
         self,
         config: AppConfig,
-        keys: KeyStore,
+        keys: Authenticator | KeyStore,
         pipeline: QueryPipeline,
         generator,
         embed: Callable[[list[str]], Awaitable[tuple[np.ndarray, int]]],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from index.errors import InvalidRequestError
+from serve.identity import Authenticator
 from serve.keys import ApiKey, KeyStore
 
 JSON_BODY_LIMIT = 8 * 2**20  # chat, embeddings, search: far above any window's worth of text
@@ -26,7 +27,7 @@ class LengthRequiredError(InvalidRequestError):
 
 
 class RequestGuard:
-    def __init__(self, keys: KeyStore, upload_limit: int) -> None:
+    def __init__(self, keys: Authenticator | KeyStore, upload_limit: int) -> None:
         self.keys, self.upload_limit = keys, upload_limit
 
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiKey | None:

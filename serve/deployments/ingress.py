@@ -14,6 +14,7 @@ from serve.deployments.shards import RemoteSearcher
 from serve.gateway import Gateway
 from serve.generator import ChatTokenizer
 from serve.guard import RequestGuard
+from serve.identity import Authenticator
 from serve.keys import KeyStore
 from serve.query.pipeline import QueryPipeline
 from serve.tenant_shards import TenantShards
@@ -30,7 +31,7 @@ class Ingress:
         self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
     ):
         setup_tracing(config.serve.tracing)
-        keys = KeyStore(config.data_dir)
+        keys = Authenticator(KeyStore(config.data_dir), config.auth.oidc)
         tokenizer = ChatTokenizer.from_folder(model_folder)
         remote = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
         judge = RemoteReranker(reranker) if reranker is not None else None
