@@ -43,6 +43,16 @@ class ApiKey:
     groups: tuple[str, ...] = ()  # the groups it reads as
 
     @property
+    def identity(self) -> str:
+        """Who it stands for: its user, else the key itself (stored responses are theirs)."""
+        return f"user:{self.user}" if self.user else f"key:{self.id}"
+
+    @property
+    def owner(self) -> str | None:
+        """Whose stored responses it reads: its identity's; None (all) for an admin key."""
+        return None if "admin" in self.scopes else self.identity
+
+    @property
     def readers(self) -> frozenset[str] | None:
         """The principals its searches and file reads are limited to; None (every document
         of the tenant) for an ``admin`` key."""

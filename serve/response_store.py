@@ -3,7 +3,9 @@
 
 One SQLite database beside the usage ledger (``responses.sqlite``, in backups too). Every read
 and delete names the tenant with the id, so another tenant's response id is simply absent: the
-same 404 as an id that never existed.
+same 404 as an id that never existed. Inside a tenant a response is read by the identity that
+created it (``owner``: its user, or its key), and by admins (``owner`` None when reading);
+responses stored before owners were recorded stay readable by the whole tenant.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ CREATE TABLE IF NOT EXISTS responses (
     body        TEXT NOT NULL,   -- the response object, as returned
     input_items TEXT NOT NULL,   -- JSON list of the request's input items, with their ids
     history     TEXT NOT NULL,   -- JSON [[role, text], ...]: the conversation up to and with it
+    owner       TEXT,            -- the identity that created it (user:<name> or key:<id>)
     PRIMARY KEY (tenant, id)
 );
 """
@@ -44,6 +47,8 @@ class ResponseStore:
         with closing(self._connect()) as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
+            if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:
+                db.execute("ALTER TABLE responses ADD COLUMN owner TEXT")
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -54,20 +59,22 @@ class ResponseStore:
         response: dict[str, Any],
         input_items: list[dict[str, Any]],
         history: list[tuple[str, str]],
+        owner: str | None = None,
     ) -> None:
         with self._lock, closing(self._connect()) as db:
             db.execute(
-                "INSERT INTO responses(tenant, id, created_at, body, input_items, history)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO responses(tenant, id, created_at, body, input_items, history, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (tenant, response["id"], response["created_at"], json.dumps(response),
-                 json.dumps(input_items), json.dumps(history)),
+                 json.dumps(input_items), json.dumps(history), owner),
             )  # fmt: skip
 
-    def _row(self, tenant: str, response_id: str, columns: str) -> tuple:
+    def _row(self, tenant: str, owner: str | None, response_id: str, columns: str) -> tuple:
+        mine = "" if owner is None else " AND (owner = ? OR owner IS NULL)"
         with closing(self._connect()) as db:
             row = db.execute(
-                f"SELECT {columns} FROM responses WHERE tenant = ? AND id = ?",
-                (tenant, response_id),
+                f"SELECT {columns} FROM responses WHERE tenant = ? AND id = ?{mine}",
+                (tenant, response_id, *(() if owner is None else (owner,))),
             ).fetchone()
         if row is None:
             raise ResponseNotFoundError(
@@ -77,18 +84,19 @@ class ResponseStore:
             )
         return row
 
-    def get(self, tenant: str, response_id: str) -> dict[str, Any]:
-        return json.loads(self._row(tenant, response_id, "body")[0])
+    def get(self, tenant: str, owner: str | None, response_id: str) -> dict[str, Any]:
+        return json.loads(self._row(tenant, owner, response_id, "body")[0])
 
-    def history(self, tenant: str, response_id: str) -> list[tuple[str, str]]:
+    def history(self, tenant: str, owner: str | None, response_id: str) -> list[tuple[str, str]]:
         """The conversation that ``response_id`` ended: its earlier turns, its input and its
         answer, oldest first."""
-        return [tuple(turn) for turn in json.loads(self._row(tenant, response_id, "history")[0])]
+        row = self._row(tenant, owner, response_id, "history")
+        return [tuple(turn) for turn in json.loads(row[0])]
 
-    def input_items(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
-        return json.loads(self._row(tenant, response_id, "input_items")[0])
+    def input_items(self, tenant: str, owner: str | None, response_id: str) -> list[dict]:
+        return json.loads(self._row(tenant, owner, response_id, "input_items")[0])
 
-    def delete(self, tenant: str, response_id: str) -> None:
-        self._row(tenant, response_id, "id")
+    def delete(self, tenant: str, owner: str | None, response_id: str) -> None:
+        self._row(tenant, owner, response_id, "id")
         with self._lock, closing(self._connect()) as db:
             db.execute("DELETE FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))

@@ -47,7 +47,7 @@ async def create_response(request: Request, body: ResponseRequest):
     question, turns = conversation(body.items())
     if body.previous_response_id:
         earlier = await asyncio.to_thread(
-            service.responses.history, key.tenant, body.previous_response_id
+            service.responses.history, key.tenant, key.owner, body.previous_response_id
         )
         turns = [Turn(role, text) for role, text in earlier] + turns
     tool = body.file_search()
@@ -76,7 +76,7 @@ async def create_response(request: Request, body: ResponseRequest):
             history = [(t.role, t.content) for t in turns]
             history += [("user", question), ("assistant", answer.text)]
             await asyncio.to_thread(service.responses.save, key.tenant, response,
-                                    _input_items(body.items()), history)  # fmt: skip
+                                    _input_items(body.items()), history, key.identity)  # fmt: skip
         return response
 
     if not body.stream:
@@ -91,7 +91,7 @@ async def create_response(request: Request, body: ResponseRequest):
 async def get_response(request: Request, response_id: str) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    return await asyncio.to_thread(service.responses.get, key.tenant, response_id)
+    return await asyncio.to_thread(service.responses.get, key.tenant, key.owner, response_id)
 
 
 @router.delete(
@@ -100,7 +100,7 @@ async def get_response(request: Request, response_id: str) -> dict[str, Any]:
 async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    await asyncio.to_thread(service.responses.delete, key.tenant, response_id)
+    await asyncio.to_thread(service.responses.delete, key.tenant, key.owner, response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
 
@@ -116,5 +116,6 @@ async def input_items(
 ) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    items = await asyncio.to_thread(service.responses.input_items, key.tenant, response_id)
+    stored = service.responses
+    items = await asyncio.to_thread(stored.input_items, key.tenant, key.owner, response_id)
     return objects.cursor_page(items, limit=limit, order=order, after=after)

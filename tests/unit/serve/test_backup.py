@@ -188,8 +188,8 @@ def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_servic
         assert again.name == "hr" and again.file_counts.completed == 1
     finally:
         service.close()
-    assert ResponseStore(restored).get("acme", "resp_1") == answer
-    assert ResponseStore(restored).history("acme", "resp_1") == [("user", "Leave?"),
+    assert ResponseStore(restored).get("acme", None, "resp_1") == answer
+    assert ResponseStore(restored).history("acme", None, "resp_1") == [("user", "Leave?"),
                                                                   ("assistant", "27")]  # fmt: skip
 
 

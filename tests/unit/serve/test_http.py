@@ -442,3 +442,25 @@ def test_access_is_changed_by_a_key_that_reads_it_and_holds_from_the_next_reques
                              data={"access": "everyone"})  # fmt: skip
     assert bad_upload.status_code == 400
     assert "x.txt" not in client.get("/v1/files", headers=admin).text
+
+
+def test_a_stored_response_is_read_by_the_identity_that_created_it(world):
+    build, secrets = world
+    client = build()
+    upload(client, secrets["acme"])
+    created = client.post("/v1/responses", headers=auth(secrets["acme-hr"]),
+                          json={"model": "grounded", "input": ASKED}).json()  # fmt: skip
+    path = f"/v1/responses/{created['id']}"
+    for other in ("acme", "acme-read"):  # the same tenant, another identity
+        assert client.get(path, headers=auth(secrets[other])).status_code == 404
+        assert client.get(path + "/input_items", headers=auth(secrets[other])).status_code == 404
+        assert client.delete(path, headers=auth(secrets[other])).status_code == 404
+        follow = client.post(
+            "/v1/responses",
+            headers=auth(secrets[other]),
+            json={"model": "grounded", "input": "And then?", "previous_response_id": created["id"]},
+        )
+        assert follow.status_code == 404
+    assert client.get(path, headers=auth(secrets["acme-hr"])).json()["id"] == created["id"]
+    assert client.get(path, headers=auth(secrets["acme-admin"])).status_code == 200
+    assert client.delete(path, headers=auth(secrets["acme-hr"])).status_code == 200
