@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from index.config import IndexConfig
 from index.errors import ConfigError
+from serve.audit import AuditConfig
 from serve.budgets import BudgetsConfig
 from serve.identity import AuthConfig
 from serve.query.config import QueryConfig
@@ -142,6 +143,7 @@ class AppConfig(BaseSettings):
     serve: ServeConfig = ServeConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     auth: AuthConfig = AuthConfig()
+    audit: AuditConfig = AuditConfig()
 
     @classmethod
     def settings_customise_sources(

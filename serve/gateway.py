@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from fastapi import Request
 from index.access import may_read
 from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
 from index.store.collections import VectorStoreCatalog
+from serve.audit import AuditEntry, AuditLog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
 from serve.fairness import FairQueue
@@ -74,6 +75,7 @@ class Gateway:
         # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
         self.embedding_model = Path(config.index.embedder.model).name
         self.responses = ResponseStore(config.data_dir)
+        self.audit = AuditLog(config.data_dir, config.audit)
         self.ledger = Ledger(config.data_dir, config.budgets)
         self.fair = FairQueue(
             config.serve.generation_slots, config.serve.queue_per_tenant, config.serve.prefill_slots
@@ -196,6 +198,7 @@ class Gateway:
         request_id: str,
         *,
         streaming: bool,
+        endpoint: str = "chat.completions",
     ) -> Asked:
         """The one answering path of the API (chat completions and responses): the budget's
         caps, then the pipeline under admission (budgets, a fair slot). Refusals (budgets, the
@@ -222,6 +225,8 @@ class Gateway:
 
         async def finish(answer: Answer) -> dict[str, Any]:
             self.observe(answer)
+            shown = [s.hit.doc_id for s in answer.sources]
+            await self.record(key, endpoint, question, shown, answer)
             return await self.account(key, answer, grants)
 
         async def on_end(answer: Answer | None) -> None:
@@ -229,6 +234,25 @@ class Gateway:
                 await self.account(key, None, grants)
 
         return Asked(first, stream, finish, on_end)
+
+    async def record(
+        self,
+        key: ApiKey,
+        endpoint: str,
+        question: str | None,
+        shown: Sequence[str],
+        answer: Answer | None = None,
+    ) -> None:
+        """One audit entry (serve/audit.py): ``shown``, the ids of the documents the caller
+        was given; ``answer``, the Answer when there is one (what it cited, if it
+        abstained)."""
+        doc_ids = tuple(shown)
+        cited = tuple(c.source.hit.doc_id for c in answer.cited) if answer is not None else ()
+        entry = AuditEntry(
+            key.tenant, key.identity, key.id, key.groups, endpoint, question, doc_ids, cited,
+            answer.abstained if answer is not None else None,
+        )  # fmt: skip
+        await asyncio.to_thread(self.audit.append, entry)
 
     def observe(self, answer: Answer) -> None:
         m = metrics()

@@ -121,6 +121,42 @@ def usage(
     out.print(table)
 
 
+@commands.command()
+def audit(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant.")] = None,
+    user: Annotated[
+        str | None, typer.Option(help="Only this user (as keys and tokens name them), or key id.")
+    ] = None,
+    document: Annotated[
+        str | None, typer.Option(help="Only entries that retrieved or cited this document id.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="30m, 24h, 7d, or an ISO date/time (UTC); default: all.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="An ISO date/time (UTC), or 30m, 24h ...")
+    ] = None,
+) -> None:
+    """The audit trail as JSON lines, oldest first: who asked or read what (endpoint, question,
+    the documents retrieved and cited, whether it abstained)."""
+    import json
+    import time
+
+    from serve.audit import DB_NAME, AuditLog
+
+    config: AppConfig = ctx.obj.config
+    now = time.time()
+    start = _run(lambda: parse_since(since, now)) if since else None
+    end = _run(lambda: parse_since(until, now)) if until else None
+    if not (config.data_dir / DB_NAME).exists():
+        err.print("no audit entries recorded yet")
+        return
+    log = AuditLog(config.data_dir, config.audit)
+    for entry in log.entries(tenant, user, document, start, end):
+        print(json.dumps(entry, ensure_ascii=False))
+
+
 @commands.command("backup")
 def backup_command(
     ctx: typer.Context,

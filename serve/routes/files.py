@@ -93,6 +93,7 @@ async def file_content(request: Request, file_id: str, format: str = "original")
     if format not in ("original", "text"):
         raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
     key, _ = await _file(request, "query", file_id)
+    await service.record(key, "files.content", None, [file_id])
     try:
         kind, *found = await service.shards_for(key.tenant).content(file_id, format == "text")
     except DocumentNotFoundError:

@@ -66,7 +66,14 @@ async def create_response(request: Request, body: ResponseRequest):
         search_id=new_id("fs") if tool is not None else None,
     )
     asked = await service.ask(
-        key, question, turns, body.max_output_tokens, options, shape.id, streaming=body.stream
+        key,
+        question,
+        turns,
+        body.max_output_tokens,
+        options,
+        shape.id,
+        streaming=body.stream,
+        endpoint="responses",
     )
 
     async def finish(answer: Answer) -> dict[str, Any]:

@@ -276,6 +276,7 @@ async def file_content(request: Request, store_id: str, file_id: str) -> dict[st
     service = gateway(request)
     key = service.key(request, "query")
     text = await service.shards_for(key.tenant).text(file_id)
+    await service.record(key, "vector_stores.files.content", None, [file_id])
     return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text}],
             "has_more": False, "next_page": None}  # fmt: skip
 
@@ -371,6 +372,7 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
     hits = await service.pipeline.retrieve(
         key.tenant, query, options, admit=service.admission(key, [])
     )
+    await service.record(key, "vector_stores.search", query, [h.doc_id for h in hits])
     if not attributes:  # the whole document set: the files' upload attributes
         attributes = await service.shards_for(key.tenant).attributes([h.doc_id for h in hits])
     return objects.search_page(body.query, hits, attributes, provenance=body.grounded)

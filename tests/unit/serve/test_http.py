@@ -464,3 +464,23 @@ def test_a_stored_response_is_read_by_the_identity_that_created_it(world):
     assert client.get(path, headers=auth(secrets["acme-hr"])).json()["id"] == created["id"]
     assert client.get(path, headers=auth(secrets["acme-admin"])).status_code == 200
     assert client.delete(path, headers=auth(secrets["acme-hr"])).status_code == 200
+
+
+def test_answers_searches_and_file_reads_are_audited_with_who_and_what(world, tmp_path):
+    from serve.audit import AuditConfig, AuditLog
+
+    build, secrets = world
+    client = build()
+    hr = auth(secrets["acme-hr"])
+    file_id = upload(client, secrets["acme"]).json()["id"]
+    client.post("/v1/chat/completions", headers=hr, json=QUESTION)
+    client.post("/v1/vector_stores/vs_acme/search", headers=hr, json={"query": "annual leave"})
+    client.get(f"/v1/files/{file_id}/content", headers=hr)
+    trail = list(AuditLog(tmp_path / "data", AuditConfig()).entries(user="hana"))
+    assert [e["endpoint"] for e in trail] == [
+        "chat.completions", "vector_stores.search", "files.content"]  # fmt: skip
+    chat = trail[0]
+    assert (chat["tenant"], chat["identity"], chat["groups"]) == ("acme", "user:hana", ["hr"])
+    assert chat["question"] == ASKED and chat["retrieved"] == [file_id]
+    assert chat["cited"] == [file_id] and chat["abstained"] is False
+    assert trail[1]["retrieved"] == [file_id] and trail[2]["retrieved"] == [file_id]

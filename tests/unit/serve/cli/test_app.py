@@ -12,7 +12,7 @@ def test_every_command_is_registered_in_the_help_order():
     root = typer.main.get_command(app)
     assert list(root.commands) == [
         "ingest", "search", "docs", "access", "delete", "reindex", "stats", "ask", "eval",
-        "check-config", "usage", "backup", "restore", "up", "models", "keys", "stores",
+        "check-config", "usage", "audit", "backup", "restore", "up", "models", "keys", "stores",
     ]  # fmt: skip
     groups = {name: list(root.commands[name].commands) for name in ("models", "keys", "stores")}
     assert groups == {
