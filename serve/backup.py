@@ -59,6 +59,7 @@ from index.durable import fsync_dir, fsync_tree, write_atomic
 from index.errors import GroundedError, InvalidRequestError
 from index.store.rows import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
+from serve.audit import DB_NAME as AUDIT_DB
 from serve.keys import KeyStore
 from serve.response_store import DB_NAME as RESPONSES_DB
 
@@ -70,7 +71,8 @@ MANIFEST = "grounded-backup.json"
 KEYS = "keys.json"
 LEDGER = "usage.sqlite"
 RESPONSES = RESPONSES_DB
-DATABASES = (LEDGER, RESPONSES)  # top-level SQLite databases
+AUDIT = AUDIT_DB
+DATABASES = (LEDGER, RESPONSES, AUDIT)  # top-level SQLite databases
 TENANTS = "tenants"
 # The entries of a data directory that a restore replaces; all others move to the new one.
 STATE = (TENANTS, KEYS, "keys.lock",
@@ -301,7 +303,7 @@ def read_manifest(src: Path) -> BackupManifest:
 def _check_entry(manifest: Path, entry: BackupFile) -> None:
     """Only the files a backup writes, by their exact paths: nothing can land elsewhere."""
     parts = entry.path.split("/")
-    expected = {KEYS: "file", LEDGER: "sqlite", RESPONSES: "sqlite"}.get(entry.path)
+    expected = {KEYS: "file", **dict.fromkeys(DATABASES, "sqlite")}.get(entry.path)
     if len(parts) == 3 and parts[0] == TENANTS and parts[2] == DB_NAME:
         try:
             validate_tenant(parts[1])
@@ -311,7 +313,7 @@ def _check_entry(manifest: Path, entry: BackupFile) -> None:
     if expected != entry.kind:
         raise BackupError(
             f"{manifest} lists an unexpected file {entry.path!r} ({entry.kind}): only tenant "
-            f"shards, {KEYS}, {LEDGER} and {RESPONSES} are restored; the backup is damaged; "
+            f"shards, {KEYS}, {', '.join(DATABASES)} are restored; the backup is damaged; "
             f"{_ANOTHER}"
         )
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from index.config import IndexConfig
+from index.errors import DocumentNotFoundError
 from index.pipeline import SourceFile
 from index.service import IndexService
 from index.testing import HashingEmbedder
@@ -171,24 +172,33 @@ def test_a_restored_data_dir_searches_authenticates_and_accounts_as_before(fake_
 
 
 def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_service, tmp_path):
+    """With the access lists, the stored responses' owners and the audit trail."""
     from index.store.collections import VectorStoreCatalog
+    from serve.audit import AuditConfig, AuditEntry, AuditLog
     from serve.response_store import ResponseStore
 
     data_dir, _ = populate(fake_service)
     shard = fake_service.shard("acme")
     [doc] = shard.list_documents()[:1]
+    shard.set_access(doc.doc_id, ("group:hr",))
     store = VectorStoreCatalog(shard).create_store(name="hr", file_ids=[doc.doc_id])
     answer = {"id": "resp_1", "created_at": 1, "output": []}
-    ResponseStore(data_dir).save("acme", answer, [], [("user", "Leave?"), ("assistant", "27")])
+    ResponseStore(data_dir).save("acme", answer, [], [("user", "Leave?"), ("assistant", "27")],
+                                 "user:hana")  # fmt: skip
+    AuditLog(data_dir, AuditConfig()).append(AuditEntry("acme", "user:hana", "k", (), "files"))
     backup(data_dir, tmp_path / "backup")
     restored = restore(tmp_path / "backup", tmp_path / "restored").data_dir
     service = open_service(restored)
     try:
         again = VectorStoreCatalog(service.shard("acme")).get_store(store.id)
         assert again.name == "hr" and again.file_counts.completed == 1
+        assert service.shard("acme").get_document(doc.doc_id).access == ("group:hr",)
     finally:
         service.close()
     assert ResponseStore(restored).get("acme", None, "resp_1") == answer
+    with pytest.raises(DocumentNotFoundError):  # still hana's alone
+        ResponseStore(restored).get("acme", "key:other", "resp_1")
+    assert [e["identity"] for e in AuditLog(restored, AuditConfig()).entries()] == ["user:hana"]
     assert ResponseStore(restored).history("acme", None, "resp_1") == [("user", "Leave?"),
                                                                   ("assistant", "27")]  # fmt: skip
 
