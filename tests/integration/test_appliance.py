@@ -273,6 +273,48 @@ def test_a_scan_deleted_while_it_is_read_stops_its_ocr(appliance):
     assert {f.id for f in api.files.list().data} == before
 
 
+def test_a_restricted_document_reaches_only_its_readers_through_the_appliance(appliance):
+    """Access lists through Ray: an upload restricted with the SDK's extra_body, two
+    identities of one tenant, then the list opened by an admin from the next request on."""
+    running, _, config = appliance
+    keys = KeyStore(config.data_dir)  # the appliance reads new keys without a restart
+    secrets = {name: keys.create("wayne", scopes, user=user, groups=groups)[1] for name, scopes,
+               user, groups in (("writer", ["ingest", "query"], None, ()),
+                                ("hr", ["query"], "hana", ["hr"]),
+                                ("other", ["query"], "otto", ["sales"]),
+                                ("admin", ["admin"], None, ()))}  # fmt: skip
+    api = {n: openai.OpenAI(base_url=running.api_url, api_key=s, max_retries=0)
+           for n, s in secrets.items()}  # fmt: skip
+    salary = b"The salary band for engineers at Wayne is 70,000 to 90,000 euros a year."
+    created = api["writer"].files.create(file=("salaries.txt", salary), purpose="assistants",
+                                         extra_body={"access": "group:hr"})  # fmt: skip
+    assert created.model_extra["grounded"]["access"] == ["group:hr"]
+    question = [{"role": "user", "content": "What is the salary band for engineers at Wayne?"}]
+
+    def seen_by(name: str) -> str:
+        """Everything ``name`` gets back for the question, as text."""
+        answer = api[name].chat.completions.create(model="grounded", messages=question,
+                                                   max_tokens=16)  # fmt: skip
+        stream = api[name].chat.completions.create(model="grounded", messages=question,
+                                                   max_tokens=16, stream=True)  # fmt: skip
+        found = api[name].vector_stores.search("vs_wayne", query="salary band engineers")
+        files = api[name].files.list()
+        return " ".join([answer.model_dump_json(), *(c.model_dump_json() for c in stream),
+                         found.model_dump_json(), files.model_dump_json()])  # fmt: skip
+
+    outsider = seen_by("other")
+    assert created.id not in outsider and "70,000" not in outsider and "salaries" not in outsider
+    with pytest.raises(openai.NotFoundError):
+        api["other"].files.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        api["other"].files.content(created.id)
+    assert created.id in seen_by("hr")
+    opened = api["admin"].post(f"/files/{created.id}/access", body={"access": "tenant"},
+                               cast_to=dict)  # fmt: skip
+    assert opened["grounded"]["access"] is None
+    assert created.id in seen_by("other")
+
+
 def test_a_question_longer_than_the_window_is_400_naming_the_limit(appliance):
     """A 200,000-character paste is refused before retrieval, not a 500 from deep inside."""
     with pytest.raises(openai.BadRequestError, match="maximum context length") as refused:
