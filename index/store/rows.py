@@ -273,6 +273,26 @@ def exact_within(
     return [(rows[i][0], float(scores[i])) for i in order]
 
 
+def chunk_count(db: sqlite3.Connection, doc_ids: list[str]) -> int:
+    """How many chunks these documents have."""
+    if not doc_ids:
+        return 0
+    marks = ",".join("?" * len(doc_ids))
+    return db.execute(f"SELECT COUNT(*) FROM chunks WHERE doc_id IN ({marks})", doc_ids).fetchone()[
+        0
+    ]
+
+
+def chunks_of(db: sqlite3.Connection, ids: list[int], doc_ids: set[str]) -> set[int]:
+    """Those of the chunk row ids ``ids`` that belong to one of ``doc_ids``."""
+    if not ids:
+        return set()
+    rows = db.execute(
+        f"SELECT id, doc_id FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
+    )
+    return {i for i, doc_id in rows if doc_id in doc_ids}
+
+
 def lexical_query(text: str, k: int, doc_ids: Collection[str] | None) -> tuple[str, list] | None:
     """The FTS5 BM25 query (SQL and parameters) for the top ``k`` chunks matching ``text``;
     None when nothing can match."""

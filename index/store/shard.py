@@ -36,6 +36,8 @@ from index.store.rows import (
     add_access_column,
     add_flags_column,
     add_loader_version_column,
+    chunk_count,
+    chunks_of,
     exact_within,
     hits_of,
     insert_document,
@@ -50,6 +52,9 @@ from index.store.vectors import VectorIndex
 from index.types import Block, Document, DocumentRecord, SearchHit
 
 log = logging.getLogger(__name__)
+# A search restricted to some documents asks the vector index for k more results than there
+# are chunks outside them, up to this many (FAISS's GPU search returns at most 2,048).
+OVERFETCH_LIMIT = 2_000
 
 
 class TenantShard:
@@ -423,22 +428,38 @@ class TenantShard:
         doc_ids: Collection[str] | None = None,
         model_id: str | None = None,
     ) -> list[SearchHit]:
-        """Top-``k`` chunks by cosine similarity; ``doc_ids`` restricts (exactly) to documents.
-        ``model_id`` (the query vector's model) must be the shard's: a reindex may have moved
-        it since the caller chose its embedder (EmbedderChangedError: embed again)."""
+        """Top-``k`` chunks by cosine similarity; ``doc_ids`` restricts to documents, before
+        the top ``k`` is taken (access lists, filters). ``model_id`` (the query vector's model)
+        must be the shard's: a reindex may have moved it since the caller chose its embedder
+        (EmbedderChangedError: embed again)."""
         with self._lock:
             self._sync_vectors()
             self._check_model(model_id)
             vector = validate_vectors(query, self.manifest.dimension, "query vector")
-            if doc_ids is not None:
-                scored = exact_within(self._conn, vector[0], list(doc_ids), k)
+            if doc_ids is None:
+                scored = self._search_index(vector, k)
             else:
-                scores, ids = self._vectors.search(vector, k)
-                pairs = zip(ids[0], scores[0], strict=True)
-                scored = [(int(i), float(s)) for i, s in pairs if i >= 0]
+                scored = self._search_within(vector, list(doc_ids), k)
             hits = hits_of(self._conn, [i for i, _ in scored])
         # Ids whose rows are gone (tombstones) are simply not returned.
         return [with_score(hits[i], dense=s) for i, s in scored if i in hits]
+
+    def _search_index(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        scores, ids = self._vectors.search(vector, k)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def _search_within(self, vector: np.ndarray, doc_ids: list[str], k: int):
+        """Top ``k`` of these documents' chunks. When few chunks are outside them (a few
+        restricted documents), the vector index is asked for ``k`` more than there are such
+        chunks and those are dropped: the same top ``k`` as a search of the allowed chunks
+        alone, at the index's cost. Otherwise the allowed chunks are scored exactly (a small
+        share of the shard: the asker may read little, or the filter names few files)."""
+        outside = self._vectors.ntotal - chunk_count(self._conn, doc_ids)
+        if outside > min(OVERFETCH_LIMIT, self._vectors.ntotal // 2):
+            return exact_within(self._conn, vector[0], doc_ids, k)
+        scored = self._search_index(vector, k + max(outside, 0))
+        allowed = chunks_of(self._conn, [i for i, _ in scored], set(doc_ids))
+        return [(i, s) for i, s in scored if i in allowed][:k]
 
     def _check_model(self, model_id: str | None) -> None:
         if model_id is not None and model_id != self.manifest.embedder_model_id:
