@@ -19,7 +19,7 @@ from index.access import KEEP, Access
 from index.errors import DocumentNotFoundError
 from index.store.shard import TenantShard
 
-_COLUMNS = "doc_id, file_name, length(data), status, error, created_at"
+_COLUMNS = "doc_id, file_name, length(data), status, error, created_at, access"
 _NEW = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = vector_store_files.doc_id)"
 
 
@@ -31,6 +31,9 @@ class UploadRecord:
     status: Literal["in_progress", "error"]
     error: str | None
     created_at: int
+    # Who will read it (index/access.py): None, the tenant (also when the upload keeps a
+    # stored document's list: that document is what is read until the upload replaces it).
+    access: tuple[str, ...] | None = None
 
 
 class Uploads:
@@ -100,7 +103,7 @@ class Uploads:
             found = row.fetchone()
         if found is None:
             raise DocumentNotFoundError(f"no file {doc_id!r} in this tenant", param="file_id")
-        return UploadRecord(*found)
+        return _record(found)
 
     def access(self, doc_id: str) -> Access | str:
         """Who the upload's document is for, as given to ``store`` (KEEP when not given)."""
@@ -124,7 +127,7 @@ class Uploads:
         stays visible), oldest first."""
         with self.shard.transaction() as db:
             rows = db.execute(f"SELECT {_COLUMNS} FROM uploads ORDER BY rowid").fetchall()
-        return [UploadRecord(*row) for row in rows]
+        return [_record(row) for row in rows]
 
     def bytes_of(self, doc_id: str, *, pending: bool = False) -> tuple[str, bytes] | None:
         """(file name, bytes): of the stored document as uploaded (None for a document
@@ -135,3 +138,9 @@ class Uploads:
                 f"SELECT file_name, data FROM {table} WHERE doc_id = ?", (doc_id,)
             ).fetchone()
         return (row[0], bytes(row[1])) if row else None
+
+
+def _record(row: tuple) -> UploadRecord:
+    *fields, access = row
+    given = None if access is None else json.loads(access)
+    return UploadRecord(*fields, access=None if given is None else tuple(given))

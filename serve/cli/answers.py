@@ -54,19 +54,35 @@ def ask(
     stream: Annotated[
         bool, typer.Option("--stream", help="Print the answer as it is written.")
     ] = False,
+    user: Annotated[
+        str | None,
+        typer.Option(help="Answer as this user would be answered (documents restricted to it)."),
+    ] = None,
+    groups: Annotated[
+        str | None, typer.Option(help="Comma-separated groups to answer as (and --user).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Answer a question from the tenant's documents, with checked citations."""
+    """Answer a question from the tenant's documents, with checked citations. As the operator
+    (every document of the tenant), or with --user/--groups as that identity: only the
+    documents its access lists give it (README, "Who may see what")."""
     import asyncio
 
-    from serve.query.pipeline import Answer
+    from index.access import principals_of
+    from serve.query.pipeline import Answer, QueryOptions
+    from serve.query.retrieval import SearchFilter
 
     live = stream and not as_json
     tokens = max_tokens or ctx.obj.config.generator.max_tokens
+    options = QueryOptions()
+    if user is not None or groups is not None:
+        readers = principals_of(user, [g for g in (groups or "").split(",") if g.strip()])
+        options = QueryOptions(search_filter=SearchFilter(readable_by=readers))
 
     async def work() -> Answer:
         async with _query_pipeline(ctx, tenant) as pipeline:
-            async for item in pipeline.stream(tenant, question, max_tokens=tokens):
+            async for item in pipeline.stream(tenant, question, max_tokens=tokens,
+                                              options=options):  # fmt: skip
                 if isinstance(item, Answer):
                     return item
                 if live:

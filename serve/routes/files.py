@@ -73,6 +73,7 @@ async def files(
     key = service.key(request, "query")
     documents, uploads = await service.shards_for(key.tenant).files()
     documents = [d for d in documents if may_read(d.access, key.readers)]
+    uploads = [u for u in uploads if may_read(u.access, key.readers)]
     listed = [objects.file_object(r) for r in [*documents, *uploads]]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times

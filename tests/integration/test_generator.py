@@ -202,6 +202,21 @@ def test_ask_command_answers_or_abstains_as_json(generator, tmp_path):
     assert 0 < answer["usage"]["completion_tokens"] <= 8
     missing = runner.invoke(app, ["-c", str(config), "ask", "-t", "nobody", "anything"])
     assert missing.exit_code == 1 and "has no documents yet" in missing.output
+    # Restricted to a group: asked as someone outside it, the FAQ is never a source.
+    docs = json.loads(
+        runner.invoke(app, ["-c", str(config), "docs", "-t", "acme", "--json"]).stdout
+    )
+    [faq] = [d["doc_id"] for d in docs["documents"] if d["file_name"] == "gx-4200-faq.html"]
+    restricted = runner.invoke(
+        app, ["-c", str(config), "access", "-t", "acme", faq, "group:support"]
+    )
+    assert restricted.exit_code == 0 and "group:support" in restricted.stdout
+    for groups, sees in (("sales", False), ("support", True)):
+        asked = runner.invoke(app, ["-c", str(config), "ask", "-t", "acme", "--json", "--user",
+                                    "otto", "--groups", groups,
+                                    "What power supply does the GX-4200 need?"])  # fmt: skip
+        files = {s["file_name"] for s in json.loads(asked.stdout)["sources"]}
+        assert ("gx-4200-faq.html" in files) is sees, (groups, files)
 
 
 def test_eval_with_answers_on_the_real_engine(generator, loop, tmp_path, minilm):

@@ -87,3 +87,18 @@ def test_deleting_a_file_removes_its_upload_original_and_memberships(fake_servic
     assert catalog.get_store(store.id).file_counts.total == 0
     with pytest.raises(DocumentNotFoundError):
         shard.delete_document("doc-6")
+
+
+def test_an_upload_keeps_who_will_read_it_until_its_document_is_written(fake_service):
+    from index.access import KEEP
+
+    shard = fake_service.shard("acme", create=True)
+    uploads = Uploads(shard)
+    assert uploads.store("doc-1", "leave.md", TEXT, ("group:hr",)).access == ("group:hr",)
+    assert uploads.access("doc-1") == ("group:hr",)
+    assert uploads.store("doc-2", "other.md", TEXT).access is None  # a new file: the tenant's
+    assert uploads.access("doc-2") == KEEP and uploads.access("no-such") == KEEP
+    assert uploads.store("doc-3", "open.md", TEXT, None).access is None
+    assert uploads.access("doc-3") is None  # given: the whole tenant
+    assert {u.doc_id: u.access for u in uploads.unfinished()} == {
+        "doc-1": ("group:hr",), "doc-2": None, "doc-3": None}  # fmt: skip
