@@ -22,6 +22,7 @@ from serve.app import create_app
 from serve.config import load_config
 from serve.gateway import Gateway
 from serve.guard import JSON_BODY_LIMIT, RequestGuard
+from serve.identity import Authenticator, OidcConfig
 from serve.keys import KeyStore
 from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import QueryPipeline
@@ -115,12 +116,13 @@ def world(tmp_path):
     async def embed(texts: list[str]) -> tuple[np.ndarray, int]:
         return embedder.embed_documents(texts), sum(len(t.split()) for t in texts)
 
-    def build(generator=None) -> TestClient:
+    def build(generator=None, oidc=None) -> TestClient:
         generator = generator or ScriptedGenerator(REPLY)
         pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
-        gateway = Gateway(config, keys, pipeline, generator, embed,
+        who = Authenticator(keys, oidc)
+        gateway = Gateway(config, who, pipeline, generator, embed,
                           lambda tenant: InProcessShards(service, tenant), "grounded")  # fmt: skip
-        guard = RequestGuard(keys, config.index.limits.max_bytes)
+        guard = RequestGuard(who, config.index.limits.max_bytes)
         return TestClient(create_app(gateway, guard), raise_server_exceptions=False)
 
     yield build, secrets
@@ -484,3 +486,38 @@ def test_answers_searches_and_file_reads_are_audited_with_who_and_what(world, tm
     assert chat["question"] == ASKED and chat["retrieved"] == [file_id]
     assert chat["cited"] == [file_id] and chat["abstained"] is False
     assert trail[1]["retrieved"] == [file_id] and trail[2]["retrieved"] == [file_id]
+
+
+def test_a_token_from_the_identity_provider_is_a_caller_like_a_key(world):
+    """A signed-in user reads what its groups may read; a forged token is a 401 in OpenAI's
+    shape, before the request's body is read."""
+    from tests.unit.serve.test_identity import AUDIENCE, Issuer, forged
+
+    issuer = Issuer()
+    issuer.new_key("rsa-1")
+    try:
+        build, secrets = world
+        client = build(oidc=OidcConfig(issuer=issuer.url, audience=AUDIENCE))
+        client.post(
+            "/v1/files",
+            headers=auth(secrets["acme"]),
+            files={"file": ("salaries.txt", SALARY)},
+            data={"access": "group:hr"},
+        )
+        search = {"query": "salary band engineers euros"}
+        for groups, sees in ((["hr"], True), (["sales"], False)):
+            token = issuer.token(groups=groups, scope="query")
+            found = client.post("/v1/vector_stores/vs_acme/search", json=search,
+                                headers={"authorization": f"Bearer {token}"})  # fmt: skip
+            assert found.status_code == 200, found.text
+            assert ("salaries.txt" in found.text) is sees
+        unsigned = forged({"alg": "none"}, {"iss": issuer.url, "aud": AUDIENCE, "sub": "x",
+                                            "tenant": "acme", "exp": 2**31}, None)  # fmt: skip
+        refused = client.post("/v1/chat/completions", json=QUESTION,
+                              headers={"authorization": f"Bearer {unsigned}"})  # fmt: skip
+        assert refused.status_code == 401 and "algorithm 'none'" in error_of(refused)["message"]
+        no_scope = issuer.token(scope="")
+        assert client.post("/v1/chat/completions", json=QUESTION, headers={
+            "authorization": f"Bearer {no_scope}"}).status_code == 403  # fmt: skip
+    finally:
+        issuer.server.shutdown()
