@@ -21,6 +21,26 @@ from serve.config import AppConfig
 commands = typer.Typer()
 
 
+UserOpt = Annotated[
+    str | None,
+    typer.Option(help="As this user (the documents open to the tenant and restricted to it)."),
+]
+GroupsOpt = Annotated[str | None, typer.Option(help="Comma-separated groups (and --user).")]
+
+
+def _as_identity(user: str | None, groups: str | None):
+    """QueryOptions that search as ``user`` in ``groups`` (index/access.py); without either,
+    as the operator: every document of the tenant."""
+    from index.access import principals_of
+    from serve.query.pipeline import QueryOptions
+    from serve.query.retrieval import SearchFilter
+
+    if user is None and groups is None:
+        return QueryOptions()
+    readers = principals_of(user, [g.strip() for g in (groups or "").split(",") if g.strip()])
+    return QueryOptions(search_filter=SearchFilter(readable_by=readers))
+
+
 @contextlib.asynccontextmanager
 async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True):
     """The in-process query path for one tenant; the vLLM engine starts only when needed
@@ -54,13 +74,8 @@ def ask(
     stream: Annotated[
         bool, typer.Option("--stream", help="Print the answer as it is written.")
     ] = False,
-    user: Annotated[
-        str | None,
-        typer.Option(help="Answer as this user would be answered (documents restricted to it)."),
-    ] = None,
-    groups: Annotated[
-        str | None, typer.Option(help="Comma-separated groups to answer as (and --user).")
-    ] = None,
+    user: UserOpt = None,
+    groups: GroupsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the tenant's documents, with checked citations. As the operator
@@ -68,16 +83,11 @@ def ask(
     documents its access lists give it (README, "Who may see what")."""
     import asyncio
 
-    from index.access import principals_of
-    from serve.query.pipeline import Answer, QueryOptions
-    from serve.query.retrieval import SearchFilter
+    from serve.query.pipeline import Answer
 
     live = stream and not as_json
     tokens = max_tokens or ctx.obj.config.generator.max_tokens
-    options = QueryOptions()
-    if user is not None or groups is not None:
-        readers = principals_of(user, [g for g in (groups or "").split(",") if g.strip()])
-        options = QueryOptions(search_filter=SearchFilter(readable_by=readers))
+    options = _as_identity(user, groups)
 
     async def work() -> Answer:
         async with _query_pipeline(ctx, tenant) as pipeline:
@@ -133,6 +143,8 @@ def evaluate(
     api_key: Annotated[
         str | None, typer.Option(envvar="GROUNDED_API_KEY", help="The tenant's key, with --url.")
     ] = None,
+    user: UserOpt = None,
+    groups: GroupsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure retrieval (recall@1/5/10, MRR@10, nDCG@10) and answers (abstention, citation
@@ -157,6 +169,9 @@ def evaluate(
     items = items[:limit]
     if url and not api_key:
         raise typer.BadParameter("give the tenant's key with --api-key", param_hint="--api-key")
+    if url and (user or groups):  # the key is the identity there
+        raise typer.BadParameter("with --url, the key's own user and groups apply",
+                                 param_hint="--user")  # fmt: skip
 
     async def run_all(evaluator):
         results = []
@@ -172,7 +187,8 @@ def evaluate(
             backend = ApiBackend(url, api_key, tenant)
             return await run_all(Evaluator(backend, tenant, answers=not retrieval_only))
         async with _query_pipeline(ctx, tenant, generate=not retrieval_only) as pipeline:
-            return await run_all(Evaluator(pipeline, tenant, answers=not retrieval_only))
+            evaluator = Evaluator(pipeline, tenant, not retrieval_only, _as_identity(user, groups))
+            return await run_all(evaluator)
 
     results = _run(lambda: asyncio.run(work()))
     summary = summarize(results)

@@ -7,6 +7,7 @@ as users get it (gate, prompt, generator, checked citations).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -174,17 +175,21 @@ class Backend(Protocol):
 class LocalBackend:
     """In-process: the query pipeline over a data directory."""
 
-    def __init__(self, pipeline: QueryPipeline, tenant: str) -> None:
+    def __init__(
+        self, pipeline: QueryPipeline, tenant: str, options: QueryOptions | None = None
+    ) -> None:
+        """``options``: how every question is asked (its search filter: as an identity)."""
         self.pipeline, self.tenant = pipeline, tenant
+        self.options = options or QueryOptions()
 
     async def rank(self, question: str, k: int) -> list[tuple[str, str]]:
-        hits = await self.pipeline.retrieve(
-            self.tenant, question, QueryOptions(top_k=k, gate=False)
-        )
+        options = dataclasses.replace(self.options, top_k=k, gate=False)
+        hits = await self.pipeline.retrieve(self.tenant, question, options)
         return [(h.file_name, h.doc_id) for h in hits]
 
     async def ask(self, question: str) -> AnswerView:
-        return AnswerView.of(await self.pipeline.answer(self.tenant, question))
+        answer = await self.pipeline.answer(self.tenant, question, options=self.options)
+        return AnswerView.of(answer)
 
 
 class ApiBackend:
@@ -211,9 +216,15 @@ class ApiBackend:
 
 
 class Evaluator:
-    def __init__(self, backend: Backend | QueryPipeline, tenant: str, answers: bool = True):
+    def __init__(
+        self,
+        backend: Backend | QueryPipeline,
+        tenant: str,
+        answers: bool = True,
+        options: QueryOptions | None = None,
+    ):
         if isinstance(backend, QueryPipeline):
-            backend = LocalBackend(backend, tenant)
+            backend = LocalBackend(backend, tenant, options)
         self.backend, self.answers = backend, answers
 
     async def evaluate(self, question: EvalQuestion) -> QuestionResult:

@@ -61,6 +61,10 @@ def engine(model_folder):
         yield generator, loop.run_until_complete
     finally:
         generator.shutdown()
+        pending = asyncio.all_tasks(loop)  # the engine's output handler, after its shutdown
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
 

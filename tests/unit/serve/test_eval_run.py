@@ -118,3 +118,20 @@ def test_summary_by_hand():
     assert summary["total_s_p50"] == 1.0 and summary["total_s_p95"] == 4.0
     report = markdown_report("Eval", summary, results, "grounded eval")
     assert "| recall@1 | 0.500 |" in report and report.count("\n| ") >= 4 + len(summary)
+
+
+def test_an_evaluation_as_an_identity_never_ranks_what_it_may_not_read(service):
+    from serve.query.pipeline import QueryOptions
+    from serve.query.retrieval import SearchFilter
+
+    shard = service.shard("acme")
+    [leave] = [d.doc_id for d in shard.list_documents() if d.file_name == "leave.txt"]
+    shard.set_access(leave, ("group:hr",))
+    generator = ScriptedGenerator("Annual leave is 27 days per calendar year [1].")
+    pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
+    question = EvalQuestion(question="annual leave days", id="a", relevant_files=["leave.txt"])
+    for readers, ranked in ((frozenset({"group:sales"}), False), (frozenset({"group:hr"}), True)):
+        options = QueryOptions(search_filter=SearchFilter(readable_by=readers))
+        result = asyncio.run(Evaluator(pipeline, "acme", True, options).evaluate(question))
+        assert ("leave.txt" in result.ranked) is ranked
+        assert result.retrieval["recall@10"] == (1.0 if ranked else 0.0)
