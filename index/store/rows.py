@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +18,7 @@ import numpy as np
 from index.embedding import validate_vectors
 from index.screening import FlaggedPassage, find_instructions
 from index.store.schema import BM25_WEIGHTS, SCHEMA_VERSION, fts_query
-from index.types import Chunk, Document, DocumentRecord, SearchHit
+from index.types import Block, Chunk, Document, DocumentRecord, SearchHit
 
 DB_NAME = "shard.sqlite3"
 METRIC = "inner_product"
@@ -329,3 +329,43 @@ def hits_of(db: sqlite3.Connection, ids: list[int]) -> dict[int, SearchHit]:
         hits[row[0]] = SearchHit(row[1], row[2], row[3], tuple(json.loads(row[4])),
                                  *row[5:9], flagged=flagged)  # fmt: skip
     return hits
+
+
+def visible_doc_ids(db: sqlite3.Connection, principals: frozenset[str]) -> list[str] | None:
+    """The documents ``principals`` may read (index/access.py), or None when no document is
+    hidden from them."""
+    rows = db.execute("SELECT doc_id, access FROM documents WHERE access IS NOT NULL")
+    hidden = {d for d, a in rows if principals.isdisjoint(access_of(a))}
+    if not hidden:
+        return None
+    return [d for (d,) in db.execute("SELECT doc_id FROM documents") if d not in hidden]
+
+
+def matching_doc_ids(
+    db: sqlite3.Connection,
+    doc_ids: Collection[str] | None,
+    file_names: Collection[str] | None,
+    attributes: dict[str, str] | None,
+) -> list[str]:
+    """Ids of the documents matching every given condition (None: no condition)."""
+    sql, params = "SELECT doc_id FROM documents WHERE 1=1", []
+    for column, values in (("doc_id", doc_ids), ("file_name", file_names)):
+        if values is not None:
+            values = list(values)
+            sql += f" AND {column} IN ({','.join('?' * len(values))})"
+            params += values
+    for key, value in (attributes or {}).items():
+        sql += " AND json_extract(attributes, ?) = ?"
+        params += ["$." + json.dumps(key), value]
+    return [row[0] for row in db.execute(sql, params)]
+
+
+def stored_documents(db: sqlite3.Connection) -> Iterator[tuple[str, int, Document]]:
+    """Every stored document: (id, version, validated text and structure)."""
+    rows = db.execute(
+        "SELECT doc_id, version, file_name, media_type, text, blocks, page_count"
+        " FROM documents ORDER BY doc_id"
+    ).fetchall()
+    for doc_id, version, file_name, media_type, text, blocks, page_count in rows:
+        parsed = tuple(Block(s, e, k, tuple(h), p) for s, e, k, h, p in json.loads(blocks))
+        yield doc_id, version, Document(file_name, media_type, text, parsed, page_count)

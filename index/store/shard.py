@@ -9,7 +9,6 @@ is acknowledged only once its transaction commits, so a crash loses no acknowled
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -42,14 +41,17 @@ from index.store.rows import (
     hits_of,
     insert_document,
     lexical_query,
+    matching_doc_ids,
     record,
     store_manifest,
+    stored_documents,
     stored_manifest,
+    visible_doc_ids,
     with_score,
 )
 from index.store.schema import SCHEMA
 from index.store.vectors import VectorIndex
-from index.types import Block, Document, DocumentRecord, SearchHit
+from index.types import Document, DocumentRecord, SearchHit
 
 log = logging.getLogger(__name__)
 # A search restricted to some documents asks the vector index for k more results than there
@@ -265,18 +267,7 @@ class TenantShard:
     def visible_doc_ids(self, principals: frozenset[str] | None) -> list[str] | None:
         """The documents an identity holding ``principals`` may read, or None when it may
         read them all (``principals`` None, an admin; or no document is restricted)."""
-        if principals is None:
-            return None
-        rows = self._conn.execute(
-            "SELECT doc_id, access FROM documents WHERE access IS NOT NULL"
-        ).fetchall()
-        if not rows:
-            return None
-        hidden = {d for d, a in rows if principals.isdisjoint(access_of(a))}
-        if not hidden:
-            return None
-        return [d for (d,) in self._conn.execute("SELECT doc_id FROM documents")
-                if d not in hidden]  # fmt: skip
+        return None if principals is None else visible_doc_ids(self._conn, principals)
 
     def write_documents(
         self, prepared: Sequence[PreparedDocument], model_id: str | None = None
@@ -394,13 +385,7 @@ class TenantShard:
 
     def iter_documents(self) -> Iterator[tuple[str, int, Document]]:
         """Stored documents (id, version, validated text and structure), for reindexing."""
-        rows = self._conn.execute(
-            "SELECT doc_id, version, file_name, media_type, text, blocks, page_count"
-            " FROM documents ORDER BY doc_id"
-        ).fetchall()
-        for doc_id, version, file_name, media_type, text, blocks, page_count in rows:
-            parsed = tuple(Block(s, e, k, tuple(h), p) for s, e, k, h, p in json.loads(blocks))
-            yield doc_id, version, Document(file_name, media_type, text, parsed, page_count)
+        return stored_documents(self._conn)
 
     def matching_doc_ids(
         self,
@@ -410,16 +395,7 @@ class TenantShard:
     ) -> list[str]:
         """Ids of this tenant's documents matching every given condition (a filter can only
         narrow a search: ids of other tenants simply do not exist here)."""
-        sql, params = "SELECT doc_id FROM documents WHERE 1=1", []
-        for column, values in (("doc_id", doc_ids), ("file_name", file_names)):
-            if values is not None:
-                values = list(values)
-                sql += f" AND {column} IN ({','.join('?' * len(values))})"
-                params += values
-        for key, value in (attributes or {}).items():
-            sql += " AND json_extract(attributes, ?) = ?"
-            params += ["$." + json.dumps(key), value]
-        return [row[0] for row in self._conn.execute(sql, params)]
+        return matching_doc_ids(self._conn, doc_ids, file_names, attributes)
 
     def search_dense(
         self,
