@@ -3,6 +3,7 @@ them), their listing, their content as uploaded or as stored text, and their del
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import urllib.parse
 from pathlib import Path
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from index.access import KEEP, may_read, parse_access
 from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.types import DocumentRecord
 from serve import objects, openapi
 from serve.routes import gateway
 
@@ -117,10 +119,17 @@ class AccessUpdate(BaseModel):
 async def set_access(request: Request, file_id: str, body: AccessUpdate) -> dict[str, Any]:
     """Grounded's: who may read a stored file, from the next request on (nothing is embedded
     again). Needs the ingest scope; a key may not change a file it cannot read."""
-    key, _ = await _file(request, "ingest", file_id)
-    service = gateway(request)
-    await service.shards_for(key.tenant).set_access(file_id, parse_access(body.access))
-    return objects.file_object(await service.readable_file(key, file_id))
+    key, record = await _file(request, "ingest", file_id)
+    if not isinstance(record, DocumentRecord):
+        error = InvalidRequestError(
+            f"{file_id} is still being ingested; set its access once it is processed, or "
+            "upload it with the access field", param="file_id")  # fmt: skip
+        error.status = 409
+        raise error
+    readers = parse_access(body.access)
+    await gateway(request).shards_for(key.tenant).set_access(file_id, readers)
+    # As changed, even when the list no longer names the caller (it reads it no more).
+    return objects.file_object(dataclasses.replace(record, access=readers))
 
 
 @router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)

@@ -435,6 +435,12 @@ def test_access_is_changed_by_a_key_that_reads_it_and_holds_from_the_next_reques
     assert hidden.status_code == 404  # an ingest key may not change what it cannot read
     bad = client.post(path, headers=admin, json={"access": "hr"})
     assert bad.status_code == 400 and "group:<name>" in error_of(bad)["message"]
+    reader_file = upload(client, secrets["acme"], "note.txt", b"A note for the sales team.").json()
+    closed = client.post(f"/v1/files/{reader_file['id']}/access", headers=acme,
+                         json={"access": "group:sales"})  # fmt: skip
+    assert closed.status_code == 200  # changed, though the key reads it no more
+    assert closed.json()["grounded"]["access"] == ["group:sales"]
+    assert client.get(f"/v1/files/{reader_file['id']}", headers=acme).status_code == 404
     opened = client.post(path, headers=admin, json={"access": "tenant"})
     assert opened.status_code == 200 and opened.json()["grounded"]["access"] is None
     assert client.get(f"/v1/files/{created['id']}", headers=reader).status_code == 200
