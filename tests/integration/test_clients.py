@@ -42,13 +42,16 @@ def appliance(tmp_path_factory):
     folder = models_dir(REPO / "data") / "qwen2.5-0.5b"
     if not (folder / "config.json").is_file():
         fetch("qwen2.5-0.5b", REPO / "data")
+    shipped = load_config(REPO / "configs" / "cpu.yaml").generator
+    engine = shipped.engine_kwargs | {"kv_cache_memory_bytes": 512 * 2**20}  # eager, as shipped
     config = load_config(
         REPO / "configs" / "cpu.yaml",
         data_dir=root / "data",
-        generator={"model": str(folder), "max_tokens": 80,
-                   "engine_kwargs": {"kv_cache_memory_bytes": 512 * 2**20}},
+        generator=shipped.model_copy(
+            update={"model": str(folder), "max_tokens": 80, "engine_kwargs": engine}
+        ),
         serve={"port": free_port(), "metrics_port": free_port()},
-    )  # fmt: skip
+    )
     # The answer check runs in the appliance (through the generator deployment), at a threshold
     # the 0.5B model's right answer clears: cpu.yaml's is qwen2.5-1.5b's own.
     query = config.query.model_copy(update={"min_answer_support": 0.05})
