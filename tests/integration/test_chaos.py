@@ -17,7 +17,7 @@ import openai
 import pytest
 import ray
 
-from tests.appliances import serving_handbook, tiny_appliance_config
+from tests.appliances import with_handbook
 from tests.conftest import CORPUS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,10 +27,11 @@ RECOVERY_S = 240
 
 
 @pytest.fixture(scope="module")
-def chaos(tmp_path_factory):
-    config = tiny_appliance_config(tmp_path_factory.mktemp("chaos"))
-    with serving_handbook(config, "acme") as (_, _, client):
-        yield client, config
+def chaos(shared_appliance):
+    """The shared appliance (this module runs last on it) and a tenant of its own."""
+    running, config = shared_appliance
+    _, client = with_handbook(running, config, "chaos")
+    return client, config
 
 
 def kill_replica(deployment: str) -> None:
@@ -190,7 +191,7 @@ def test_a_killed_index_replica_gives_503_with_retry_after_until_it_is_back(chao
         lambda: client.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=4)
     )
     served_again(lambda: client.embeddings.create(model="grounded", input=["annual leave"]))
-    found = client.vector_stores.search("vs_acme", query="annual leave")
+    found = client.vector_stores.search("vs_chaos", query="annual leave")
     assert found.data, "the shard answers searches again"
     assert open_leases(config) == 0
     print(deployment, "failures while it restarted:", failures)

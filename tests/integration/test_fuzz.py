@@ -21,7 +21,7 @@ from schemathesis.checks import (
 )
 
 from serve.budgets import Budget
-from tests.appliances import serving_handbook, tiny_appliance_config
+from tests.appliances import with_handbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,13 +35,12 @@ EXAMPLES_PER_ROUTE = 100  # per route and mode (valid, invalid); a route without
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory):
-    """An appliance with one tenant holding a document, and that tenant's key (answers capped
-    at 16 tokens, so that generated max_tokens values cost no time)."""
-    config = tiny_appliance_config(tmp_path_factory.mktemp("fuzz"))
-    budget = Budget(max_completion_tokens=16)
-    with serving_handbook(config, "fuzz", budget) as (running, secret, _):
-        yield running, secret
+def fuzzed(shared_appliance):
+    """The shared appliance with a tenant of its own holding a document, and that tenant's
+    key (answers capped at 16 tokens, so that generated max_tokens values cost no time)."""
+    running, config = shared_appliance
+    secret, _ = with_handbook(running, config, "fuzz", Budget(max_completion_tokens=16))
+    return running, secret
 
 
 def test_generated_requests_get_documented_answers_and_no_server_error(fuzzed):

@@ -23,7 +23,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
-from tests.appliances import serving_handbook, tiny_appliance_config
+from tests.appliances import with_handbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,17 +47,17 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """The appliance with a vector store holding the handbook."""
-    config = tiny_appliance_config(tmp_path_factory.mktemp("responses-clients"))
-    with serving_handbook(config, "acme") as (running, secret, client):
-        store = client.vector_stores.create(name="handbook")
-        [handbook] = [f for f in client.files.list().data if f.filename == "handbook.md"]
-        added = client.vector_stores.files.create_and_poll(file_id=handbook.id,
-                                                           vector_store_id=store.id)  # fmt: skip
-        assert added.status == "completed"
-        yield Served(running.api_url, secret, client, store.id, handbook.id,
-                     config.generator.max_model_len)  # fmt: skip
+def served(shared_appliance):
+    """The shared appliance, a tenant of its own, and a vector store holding the handbook."""
+    running, config = shared_appliance
+    secret, client = with_handbook(running, config, "clients")
+    store = client.vector_stores.create(name="handbook")
+    [handbook] = [f for f in client.files.list().data if f.filename == "handbook.md"]
+    added = client.vector_stores.files.create_and_poll(file_id=handbook.id,
+                                                       vector_store_id=store.id)  # fmt: skip
+    assert added.status == "completed"
+    return Served(running.api_url, secret, client, store.id, handbook.id,
+                  config.generator.max_model_len)  # fmt: skip
 
 
 def chat_openai(served: Served, **options: Any) -> Any:

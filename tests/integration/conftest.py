@@ -1,0 +1,68 @@
+"""One tiny appliance shared by the modules in SHARING: starting one costs about 45 s here.
+
+Those modules run first and one after another (each with its own tenant), chaos last since it
+kills replicas; the appliance stops before any other integration module runs, because the
+pytest process holds one Ray at a time and other modules start their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serve.config import AppConfig
+from tests.appliances import shared_appliance_config
+
+SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def place(item: pytest.Item) -> tuple[int, int]:
+        if "integration" not in item.path.parts:
+            return (0 if "gpu" in item.path.parts else 3, 0)
+        if item.path.name in SHARING:
+            return (1, SHARING.index(item.path.name))
+        return (2, 0)
+
+    items.sort(key=place)  # stable: the order within each module is kept
+
+
+class SharedAppliance:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.running = None
+        self.config: AppConfig | None = None
+
+    def start(self):
+        if self.running is None:
+            from serve import up
+
+            self.config = shared_appliance_config(self.root)
+            self.running = up.start(
+                self.config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2}
+            )
+        return self.running, self.config
+
+    def stop(self) -> None:
+        if self.running is not None:
+            self.running.stop()
+            self.running = None
+
+
+@pytest.fixture(scope="session")
+def _shared(tmp_path_factory):
+    shared = SharedAppliance(tmp_path_factory.mktemp("shared-appliance"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_appliance_at_a_time(request, _shared):
+    if request.node.path.name not in SHARING:
+        _shared.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_appliance(_shared) -> tuple:
+    """(running, config) of the shared appliance; a module makes its own tenant's keys."""
+    return _shared.start()
