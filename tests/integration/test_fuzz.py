@@ -31,7 +31,9 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-EXAMPLES_PER_ROUTE = 100  # per route and mode (valid, invalid); a route without inputs has one
+# Per route and mode (valid, invalid); a route without inputs has one. The HTTP layer alone is
+# fuzzed with more in-process (tests/unit/serve/test_http_fuzz.py).
+EXAMPLES_PER_ROUTE = 30
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,7 @@ def test_generated_requests_get_documented_answers_and_no_server_error(fuzzed):
             answered = sent["2xx"] - before
     routes = {f"{op.method.upper()} {op.path}" for op in operations}
     assert routes == {name for name in sent if " " in name}
-    assert sum(count for name, count in sent.items() if " " in name) >= 1000, sent
+    assert sum(count for name, count in sent.items() if " " in name) >= 10 * len(routes), sent
     assert sent["5xx"] == 0 and sent["4xx"] > 0, sent
     assert answered >= EXAMPLES_PER_ROUTE // 2, (answered, sent)  # most askable ones answered
     print(dict(sent))  # the figures for the record (pytest -s)
