@@ -1,6 +1,8 @@
 # Everything installs into a project-local virtual environment (.venv), idempotently:
 # the set-up re-runs only when pyproject.toml changes.
-PYTHON ?= python3.11
+# The first of Python 3.11, 3.12 and 3.13 on PATH (pyproject.toml's requires-python); PYTHON=... to
+# choose another. CI runs 3.11.
+PYTHON ?= $(or $(firstword $(foreach v,3.11 3.12 3.13,$(shell command -v python$(v)))),python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
