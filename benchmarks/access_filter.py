@@ -33,11 +33,13 @@ MODEL = "bench/random"
 CLUSTERS, SPREAD = 500, 0.5
 
 
-def build(directory: Path, chunks: int, per_doc: int, seed: int = 7):
-    """The shard, every stored vector (row order = FAISS ids), and each chunk's document."""
+def build(directory: Path, chunks: int, per_doc: int, seed: int = 7, **vectors_config):
+    """The shard (``vectors_config``: index settings other than the shipped ones), every
+    stored vector (row order = FAISS ids), and each chunk's document."""
     rng = np.random.default_rng(seed)
     manifest = Manifest(MODEL, DIMENSION, "bench")
-    shard = TenantShard(directory, "bench", manifest, IndexConfig().vectors).start(accept={MODEL})
+    settings = IndexConfig().vectors.model_copy(update=vectors_config)
+    shard = TenantShard(directory, "bench", manifest, settings).start(accept={MODEL})
     # Clustered, as text embeddings are (uniform random vectors are the worst case of an IVF
     # index, and not what a shard holds); a document's chunks come from any cluster.
     centers = rng.standard_normal((CLUSTERS, DIMENSION)).astype(np.float32)

@@ -283,6 +283,13 @@ def chunk_count(db: sqlite3.Connection, doc_ids: list[str]) -> int:
     ]
 
 
+def chunk_ids_of(db: sqlite3.Connection, doc_ids: list[str]) -> np.ndarray:
+    """The chunk row ids of these documents (int64, for a FAISS IDSelector)."""
+    marks = ",".join("?" * len(doc_ids))
+    rows = db.execute(f"SELECT id FROM chunks WHERE doc_id IN ({marks})", doc_ids)
+    return np.fromiter((r[0] for r in rows), dtype=np.int64)
+
+
 def chunks_of(db: sqlite3.Connection, ids: list[int], doc_ids: set[str]) -> set[int]:
     """Those of the chunk row ids ``ids`` that belong to one of ``doc_ids``."""
     if not ids:

@@ -176,6 +176,19 @@ class VectorIndex:
             scores = np.take_along_axis(scores, order, axis=1)
         return scores[:, :k], ids[:, :k]
 
+    def search_among(
+        self, queries: np.ndarray, k: int, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, ids) among the vectors of ``ids`` only: the CPU index skips the
+        others while it scans (FAISS IDSelectorBatch; GPU indexes take no selector)."""
+        faiss = self._faiss
+        selector = faiss.IDSelectorBatch(np.ascontiguousarray(ids, dtype=np.int64))
+        if hasattr(self._index, "nprobe"):
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=self.config.nprobe)
+        else:
+            params = faiss.SearchParameters(sel=selector)
+        return self._index.search(queries, max(min(k, len(ids)), 1), params=params)
+
     def save(self, path: Path) -> None:
         """Write to a temp file, fsync, rename: readers see the old file or the new one."""
         tmp = path.with_suffix(path.suffix + ".tmp")
