@@ -22,6 +22,7 @@ import numpy as np
 from index.config import VectorIndexConfig
 from index.embedding import validate_vectors
 from index.errors import DocumentNotFoundError, EmbedderChangedError, EmbedderMismatchError
+from index.store.filtered import pairs, search_within
 from index.store.rows import (
     DB_NAME,
     DOC_COLUMNS,
@@ -35,10 +36,6 @@ from index.store.rows import (
     add_access_column,
     add_flags_column,
     add_loader_version_column,
-    chunk_count,
-    chunk_ids_of,
-    chunks_of,
-    exact_within,
     hits_of,
     insert_document,
     lexical_query,
@@ -55,12 +52,6 @@ from index.store.vectors import VectorIndex
 from index.types import Document, DocumentRecord, SearchHit
 
 log = logging.getLogger(__name__)
-# A search restricted to some documents asks the vector index for k more results than there
-# are chunks outside them, up to this many (FAISS's GPU search returns at most 2,048).
-OVERFETCH_LIMIT = 2_000
-# An IVF index searched among allowed ids only (benchmarks/results/access.md): at least this
-# share of the shard, so that the probed lists hold enough of them.
-SELECTOR_MIN_SHARE = 0.1
 
 
 class TenantShard:
@@ -417,34 +408,12 @@ class TenantShard:
             self._check_model(model_id)
             vector = validate_vectors(query, self.manifest.dimension, "query vector")
             if doc_ids is None:
-                scored = self._search_index(vector, k)
+                scored = pairs(*self._vectors.search(vector, k))
             else:
-                scored = self._search_within(vector, list(doc_ids), k)
+                scored = search_within(self._conn, self._vectors, vector, list(doc_ids), k)
             hits = hits_of(self._conn, [i for i, _ in scored])
         # Ids whose rows are gone (tombstones) are simply not returned.
         return [with_score(hits[i], dense=s) for i, s in scored if i in hits]
-
-    def _search_index(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-        scores, ids = self._vectors.search(vector, k)
-        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
-
-    def _search_within(self, vector: np.ndarray, doc_ids: list[str], k: int):
-        """Top ``k`` of these documents' chunks, the same as a search of them alone, the
-        cheapest way. Few chunks outside them (a few restricted documents): the index is asked
-        for ``k`` more than there are such chunks and those are dropped. Otherwise the index
-        skips the others while it scans (a FAISS IDSelector of the allowed ids): exact on a
-        flat index; on IVF only when the allowed chunks are a share of the shard that fills the
-        probed lists (SELECTOR_MIN_SHARE); fewer are scored exactly, read from SQLite."""
-        inside = chunk_count(self._conn, doc_ids)
-        outside = self._vectors.ntotal - inside
-        if outside <= min(OVERFETCH_LIMIT, self._vectors.ntotal // 2):
-            scored = self._search_index(vector, k + max(outside, 0))
-            allowed = chunks_of(self._conn, [i for i, _ in scored], set(doc_ids))
-            return [(i, s) for i, s in scored if i in allowed][:k]
-        if self._vectors.kind == "exact" or inside >= SELECTOR_MIN_SHARE * self._vectors.ntotal:
-            scores, ids = self._vectors.search_among(vector, k, chunk_ids_of(self._conn, doc_ids))
-            return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
-        return exact_within(self._conn, vector[0], doc_ids, k)
 
     def _check_model(self, model_id: str | None) -> None:
         if model_id is not None and model_id != self.manifest.embedder_model_id:
