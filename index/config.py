@@ -127,6 +127,14 @@ class VectorIndexConfig(_Strict):
         description="device cuda: the scratch memory FAISS reserves on the GPU, once per "
         "process (all the tenants a Shards replica has open share it).",
     )
+    gpu_memory_mb: int = Field(
+        2048,
+        ge=0,
+        description="device cuda: GPU memory the shard copies of one Shards replica may hold "
+        "together (about 1.5 GB per million 384-d chunks); a shard that would pass it is "
+        "searched on the CPU until others close. Keep it and gpu_temp_memory_mb within the "
+        "deployment's share of the GPU (num_gpus x the GPU's memory).",
+    )
 
 
 DEFAULT_EMBEDDER = "default"

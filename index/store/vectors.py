@@ -12,8 +12,11 @@ ask Ray for a GPU (serve/resources.py checks it).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +37,18 @@ GPU_MAX_K = 2048
 _GPU_MAX_TOMBSTONES = 1024
 
 _gpu_resources = None
+# FAISS GPU indexes are not thread-safe, not even for searches, and every GPU copy of a process
+# shares one StandardGpuResources (its stream and scratch memory). The shard's own lock covers
+# one tenant only: every call on a GPU index holds this one, so two tenants' searches never
+# run on the GPU at once.
+_GPU_LOCK = threading.Lock()
+# Bytes each live GPU copy holds, by its index's token: within vectors.gpu_memory_mb together.
+_gpu_held: dict[int, int] = {}
+_tokens = itertools.count()
+
+
+def gpu_bytes_held() -> int:
+    return sum(list(_gpu_held.values()))
 
 
 def gpu_resources(temp_memory_mb: int):
@@ -73,6 +88,9 @@ class VectorIndex:
         self._gpu = None
         self._tombstones: set[int] = set()
         self._faiss = faiss
+        self._token = next(_tokens)
+        # An index replaced or closed frees its GPU copy with it: forget its bytes then.
+        weakref.finalize(self, _gpu_held.pop, self._token, None)
 
     def _exact(self):
         import faiss
@@ -125,7 +143,9 @@ class VectorIndex:
             return
         self._index.add_with_ids(vectors, ids)
         if self._gpu is not None:
-            self._gpu.add_with_ids(vectors, ids)
+            with _GPU_LOCK:
+                self._gpu.add_with_ids(vectors, ids)
+                _gpu_held[self._token] = self._copy_bytes()
 
     def remove(self, ids: np.ndarray) -> None:
         if len(ids) == 0:
@@ -143,7 +163,9 @@ class VectorIndex:
         return self.config.device == "cuda" and self.ntotal >= self.config.gpu_min_vectors
 
     def _drop_gpu_copy(self) -> None:
-        self._gpu = None
+        with _GPU_LOCK:  # freeing the copy uses the shared resources too
+            self._gpu = None
+            _gpu_held.pop(self._token, None)
         self._tombstones = set()
 
     def _searcher(self, k: int):
@@ -154,10 +176,19 @@ class VectorIndex:
                 self._drop_gpu_copy()  # the shard shrank below gpu_min_vectors
             return self._index
         if self._gpu is None:
-            resources = gpu_resources(self.config.gpu_temp_memory_mb)
-            self._gpu = self._faiss.index_cpu_to_gpu(resources, 0, self._index)
+            with _GPU_LOCK:
+                size = self._copy_bytes()
+                if gpu_bytes_held() + size > self.config.gpu_memory_mb * 2**20:
+                    return self._index  # no room on the GPU: the CPU, until copies are freed
+                resources = gpu_resources(self.config.gpu_temp_memory_mb)
+                self._gpu = self._faiss.index_cpu_to_gpu(resources, 0, self._index)
+                _gpu_held[self._token] = size
             self._tombstones = set()
         return self._gpu
+
+    def _copy_bytes(self) -> int:
+        """GPU memory of a copy: the vectors (float32) and their ids."""
+        return self.ntotal * (self.dimension * 4 + 8)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` (scores, ids) per query row; missing results have id -1."""
@@ -166,7 +197,11 @@ class VectorIndex:
             searcher.nprobe = self.config.nprobe
         tombstones = self._tombstones if searcher is self._gpu else set()
         fetch = min(k + len(tombstones), max(self.ntotal, 1))
-        scores, ids = searcher.search(queries, max(fetch, 1))
+        if searcher is self._gpu:
+            with _GPU_LOCK:
+                scores, ids = searcher.search(queries, max(fetch, 1))
+        else:
+            scores, ids = searcher.search(queries, max(fetch, 1))
         if tombstones:
             dead = np.isin(ids, list(tombstones))
             ids = np.where(dead, -1, ids)

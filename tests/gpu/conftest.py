@@ -6,6 +6,11 @@ import os
 
 import pytest
 
+# torch.cuda.is_available() below, in pytest's process, would initialise CUDA there and poison
+# the fork that starts vLLM's engine core; with this, PyTorch asks NVML instead (PyTorch's
+# documentation of torch.cuda.is_available). Set before torch is imported.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
 
 def cuda_unavailable() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""

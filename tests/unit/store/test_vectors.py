@@ -1,8 +1,17 @@
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from index.config import VectorIndexConfig
-from index.store.vectors import GPU_MAX_K, MIN_POINTS_PER_CENTROID, VectorIndex, ivf_nlist
+from index.store.vectors import (
+    GPU_MAX_K,
+    MIN_POINTS_PER_CENTROID,
+    VectorIndex,
+    gpu_bytes_held,
+    ivf_nlist,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +79,20 @@ class FakeGpuIndex:
     def search(self, queries, k):
         if k > GPU_MAX_K:
             raise RuntimeError(f"k {k} above GPU_MAX_SELECTION_K {GPU_MAX_K}")
-        return self._index.search(queries, k)
+        with FakeGpuIndex._guard:
+            FakeGpuIndex.running += 1
+            FakeGpuIndex.overlaps += FakeGpuIndex.running > 1
+        try:
+            time.sleep(0.002)  # a kernel in flight; the GIL is released, as FAISS's is
+            return self._index.search(queries, k)
+        finally:
+            with FakeGpuIndex._guard:
+                FakeGpuIndex.running -= 1
+
+    # Searches on any GPU copy at the same time: FAISS GPU indexes are not thread-safe.
+    _guard = threading.Lock()
+    running = 0
+    overlaps = 0
 
 
 @pytest.fixture
@@ -97,6 +119,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(faiss, "StandardGpuResources", Resources, raising=False)
     monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
     monkeypatch.setattr(vectors_module, "_gpu_resources", None)
+    monkeypatch.setattr(vectors_module, "_gpu_held", {})
     return made
 
 
@@ -144,3 +167,44 @@ def test_a_top_k_beyond_the_gpu_limit_is_answered_on_the_cpu(fake_gpu):
     index = VectorIndex.build(16, config, np.arange(5000), unit_vectors(5000))
     _, ids = index.search(unit_vectors(1, seed=3), 3000)
     assert (ids[0] >= 0).sum() == 3000
+
+
+def test_searches_of_different_shards_never_run_on_the_gpu_at_once(fake_gpu):
+    """Each shard has its own lock; the GPU copies share one resources object, and FAISS GPU
+    indexes are not thread-safe even to search: without the process-wide lock, eight tenants'
+    searches overlap."""
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=100)
+    shards = [VectorIndex.build(16, config, np.arange(300), unit_vectors(300, seed=s))
+              for s in range(8)]  # fmt: skip
+    FakeGpuIndex.overlaps = 0
+
+    def search_often(shard) -> None:
+        for n in range(20):
+            shard.search(unit_vectors(1, seed=n), 5)
+
+    threads = [threading.Thread(target=search_often, args=(shard,)) for shard in shards]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fake_gpu["copies"] == 8
+    assert FakeGpuIndex.overlaps == 0
+
+
+def test_gpu_copies_stay_within_the_replicas_gpu_memory(fake_gpu):
+    """gpu_memory_mb bounds the copies of all open shards together (each 5,000 x 16-d here,
+    360 kB): in 1 MiB two fit, the others are searched on the CPU until a copy is freed."""
+    import gc
+
+    config = VectorIndexConfig(device="cuda", gpu_min_vectors=100, gpu_memory_mb=1)
+    shards = [VectorIndex.build(16, config, np.arange(5000), unit_vectors(5000, seed=s))
+              for s in range(4)]  # fmt: skip
+    query = unit_vectors(1, seed=5)
+    results = [shard.search(query, 5)[1].tolist() for shard in shards]
+    assert fake_gpu["copies"] == 2 and gpu_bytes_held() == 2 * 5000 * (16 * 4 + 8)
+    exact = VectorIndex.build(16, VectorIndexConfig(), np.arange(5000), unit_vectors(5000, seed=3))
+    assert results[3] == exact.search(query, 5)[1].tolist()  # the same answer, from the CPU
+    del shards[0]  # a tenant closed: its copy is freed with it
+    gc.collect()
+    shards[2].search(query, 5)
+    assert fake_gpu["copies"] == 3 and gpu_bytes_held() == 2 * 5000 * (16 * 4 + 8)
