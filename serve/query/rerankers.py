@@ -43,6 +43,13 @@ class CrossEncoderReranker:
             device = self.device
             if device == "auto":
                 device = "cuda" if torch.cuda.is_available() else "cpu"
+            elif device == "cuda" and not torch.cuda.is_available():
+                raise ConfigError(
+                    f"query.rerank.device is cuda but torch {torch.__version__} cannot use a "
+                    "GPU here; install the gpu extra on a machine with one, or set "
+                    "query.rerank.device: auto",
+                    param="query.rerank.device",
+                )
             self._model = CrossEncoder(self.model_path, device=device)
             if device == "cuda":
                 self._model.model.half()
