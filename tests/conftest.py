@@ -20,9 +20,12 @@ CORPUS = REPO / "samples" / "corpus"
 
 def engine_environment(root: Path) -> dict[str, str]:
     """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's caches
-    and sockets under ``root``, quiet engine logs."""
+    and sockets under ``root``, quiet engine logs, and 120 s for a Ray head's GCS to bind its
+    port (Ray's default 30 s ran out once in `make test` here, the two cores still busy with
+    the previous module's appliance going down)."""
     return {"RAY_AUTH_MODE": "disabled", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
-            "VLLM_RPC_BASE_PATH": str(root), "VLLM_LOGGING_LEVEL": "ERROR"}  # fmt: skip
+            "VLLM_RPC_BASE_PATH": str(root), "VLLM_LOGGING_LEVEL": "ERROR",
+            "RAY_gcs_server_port_wait_time_s": "120"}  # fmt: skip
 
 
 def use_engine_environment(root: Path) -> None:
