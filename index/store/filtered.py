@@ -31,6 +31,8 @@ def search_within(
     chunks and those are dropped. Otherwise the index skips the others while it scans (a FAISS
     IDSelector of the allowed ids): exact on a flat index; on IVF only from
     SELECTOR_MIN_SHARE of the shard. Fewer are scored exactly, read from SQLite."""
+    if not doc_ids:  # the asker may read none of the shard
+        return []
     inside = chunk_count(db, doc_ids)
     outside = vectors.ntotal - inside
     if outside <= min(OVERFETCH_LIMIT, vectors.ntotal // 2):

@@ -101,3 +101,13 @@ def test_filtered_dense_search_is_exact_search_over_the_visible_chunks(tmp_path,
     finally:
         shard.close()
     assert recall == 1.0
+
+
+def test_an_asker_who_may_read_nothing_gets_no_dense_hits(tmp_path):
+    from benchmarks.access_filter import build
+
+    shard, vectors, _ = build(tmp_path, 400, 40)
+    try:
+        assert shard.search_dense(vectors[:1], 5, doc_ids=[], model_id=None) == []
+    finally:
+        shard.close()
