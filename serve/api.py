@@ -18,8 +18,12 @@ from serve.query.pipeline import Answer, QueryOptions
 from serve.query.prompt import Turn
 from serve.query.relevance import relevance
 from serve.query.retrieval import SearchFilter
+from serve.query.routing import MODEL_ID
 
-MODEL_ID = "grounded"
+MODEL_DESCRIPTION = (
+    "grounded (the default: routed between the configured models where there are several), "
+    "or a model GET /v1/models lists; another name is answered 404 model_not_found"
+)
 
 
 class ModelNotFoundError(GroundedError):
@@ -75,8 +79,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    # Documented as the one model there is; another name is answered 404 model_not_found.
-    model: str = Field(json_schema_extra={"enum": [MODEL_ID]})
+    model: str = Field(description=MODEL_DESCRIPTION)
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
@@ -202,18 +205,6 @@ def parse(model: type[BaseModel], payload: Any) -> Any:
         raise InvalidRequestError(f"{field}: {message}", param=field) from None
 
 
-def check_model(model: str, embedding_model: str | None = None) -> None:
-    """A chat or Responses request names ``grounded``; the embedder is not a chat model."""
-    if model == MODEL_ID:
-        return
-    if embedding_model is not None and model == embedding_model:
-        raise ModelNotFoundError(
-            f"{model!r} is the embedding model (POST /v1/embeddings); answers come from "
-            f"{MODEL_ID!r}"
-        )
-    raise ModelNotFoundError(f"the model {model!r} does not exist; use {MODEL_ID!r}")
-
-
 def error_body(exc: GroundedError) -> dict[str, Any]:
     return {
         "error": {
@@ -304,6 +295,7 @@ def extension(answer: Answer, cost: dict[str, Any] | None = None) -> dict[str, A
         "supported_share": answer.supported_share,
         "answer_support": answer.answer_support,
         "timings": answer.timings,
+        "route": answer.route.as_dict(),
     }
 
 
@@ -341,14 +333,15 @@ def chat_completion(
     created: int,
     files_url: str,
     cost: dict[str, Any] | None = None,
+    model: str = MODEL_ID,
 ) -> dict[str, Any]:
     """OpenAI's chat completion; ``files_url`` is this server's ``.../v1/files`` (citations
-    link to it)."""
+    link to it); ``model``, the name the request asked for."""
     return {
         "id": request_id,
         "object": "chat.completion",
         "created": created,
-        "model": MODEL_ID,
+        "model": model,
         "choices": [
             {
                 "index": 0,
@@ -367,12 +360,15 @@ def chat_completion(
     }
 
 
-def chunk(request_id: str, created: int, delta: dict, finish: str | None = None, **extra) -> dict:
+def chunk(
+    request_id: str, created: int, delta: dict, finish: str | None = None,
+    model: str = MODEL_ID, **extra,
+) -> dict:  # fmt: skip
     return {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
-        "model": MODEL_ID,
+        "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         **extra,
     }
@@ -385,6 +381,7 @@ def final_chunks(
     include_usage: bool,
     files_url: str,
     cost: dict[str, Any] | None = None,
+    model: str = MODEL_ID,
 ) -> list:
     """After the text deltas: the citations (with the finish reason), then the usage chunk."""
     chunks = [
@@ -393,11 +390,13 @@ def final_chunks(
             created,
             {"annotations": _annotations(answer, files_url)},
             _finish(answer),
+            model,
             grounded=extension(answer, cost),
         )
     ]
     if include_usage:
-        chunks.append({**chunk(request_id, created, {}), "choices": [], "usage": usage(answer)})
+        chunks.append({**chunk(request_id, created, {}, model=model), "choices": [],
+                       "usage": usage(answer)})  # fmt: skip
     return chunks
 
 

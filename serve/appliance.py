@@ -6,7 +6,8 @@
       -> Embedder   (query embeddings: @serve.batch + LRU cache; document embeddings)
       -> Shards     (tenant shards multiplexed by tenant id, LRU; search, uploads and their
                      ingestion, files, the vector-store catalog)
-      -> Generator  (vLLM AsyncLLM, prefix caching, streaming, yes/no judge for reranking)
+      -> Generator  (vLLM AsyncLLM, prefix caching, streaming, yes/no judge for reranking;
+                     one deployment per model of generator.models: generator-<name>)
       -> Reranker   (the relevance judge, when query.rerank.backend is cross-encoder)
 
 The ingress holds the generator's tokenizer (not its engine), so budgets and prompts are
@@ -30,7 +31,7 @@ from serve.deployments.ingress import Ingress
 from serve.deployments.reranker import Reranker
 from serve.deployments.shards import Shards
 from serve.models import resolve_model
-from serve.resources import deployment_options
+from serve.resources import deployment_options, generator_deployments
 
 log = logging.getLogger("grounded")
 
@@ -62,7 +63,6 @@ def build_app(config: AppConfig | dict | None = None):
         args = dict(config or {})
         path = args.pop("config", None) or os.environ.get("GROUNDED_CONFIG")
         config = load_config(Path(path) if path else None, **args)
-    model_folder = resolve_model(config.generator.model, config.data_dir)
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
 
     def options(name: str, runtime_env=env) -> dict[str, Any]:
@@ -70,15 +70,18 @@ def build_app(config: AppConfig | dict | None = None):
 
     embedder = serve.deployment(Embedder).options(**options("embedder")).bind(config)
     shards = serve.deployment(Shards).options(**options("shards")).bind(config, embedder)
-    generator = (
-        serve.deployment(Generator)
-        .options(**options("generator", runtime_env={"env_vars": generator_env(config)}))
-        .bind(config, model_folder)
-    )
+    generators = {}  # model name -> (its folder, its deployment)
+    for model, (deployment, generator, _) in generator_deployments(config).items():
+        folder = resolve_model(generator.model, config.data_dir)
+        engine_env = {"env_vars": generator_env(config)}
+        generators[model] = (folder, serve.deployment(Generator).options(
+            name=deployment,
+            **deployment_options(config, deployment, model=model, runtime_env=engine_env),
+        ).bind(config, folder, name=model))  # fmt: skip
     reranker = None
     if config.query.rerank.backend == "cross-encoder":  # the generator judges in its own replica
         reranker = serve.deployment(Reranker).options(**options("reranker")).bind(config)
     ingress = serve.deployment(serve.ingress()(Ingress))
     return ingress.options(**options("ingress")).bind(
-        config, model_folder, embedder, shards, generator, reranker
+        config, embedder, shards, generators, reranker
     )

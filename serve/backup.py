@@ -135,10 +135,13 @@ def models_in_use(config) -> dict[str, str | None]:
 
     rerank = config.query.rerank
     judge = rerank.model if rerank.backend == "cross-encoder" else rerank.backend
+    generators = {"generator": config.generator.model}
+    if config.generator.models:  # several: each by its name in requests
+        generators = {f"generator {n}": m.model for n, m in config.generator.models.items()}
     embedders = {f"embedder {name}": named(e.model)
                  for name, e in config.index.embedders.items()}  # fmt: skip
     return {
-        "generator": config.generator.model,
+        **generators,
         "embedder": named(config.index.embedder.model),
         "reranker": None if judge in (None, "none") else named(judge),
         **embedders,

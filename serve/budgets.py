@@ -20,20 +20,25 @@ mid-request cannot hold a tenant's concurrency forever.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from index.errors import GroundedError, InvalidRequestError, RateLimitError
 from index.store.tenants import validate_tenant
+
+if TYPE_CHECKING:
+    from serve.query.admission import Usage
 
 WINDOWS = {"minute": 60, "day": 86_400}
 LIMIT_FIELDS = (
@@ -150,6 +155,8 @@ class UsageRow:
     cached_tokens: int
     completion_tokens: int
     cost: float
+    # By model (generator.models; "grounded" where there is one): tokens and cost of each.
+    models: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 SCHEMA = """
@@ -166,6 +173,12 @@ CREATE TABLE IF NOT EXISTS requests (
     completion INTEGER NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS requests_by_time ON requests (ts);
+CREATE TABLE IF NOT EXISTS model_usage (
+    ts REAL NOT NULL, tenant TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL,
+    prompt INTEGER NOT NULL, cached INTEGER NOT NULL, completion INTEGER NOT NULL,
+    cost REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS model_usage_by_time ON model_usage (ts);
 """
 OUTCOMES = ("answered", "abstained", "cancelled", "refused", "embedded")
 
@@ -174,10 +187,16 @@ class Ledger:
     """Budgets and usage accounting over ``<data_dir>/usage.sqlite``; ``clock`` is injectable."""
 
     def __init__(
-        self, data_dir: Path, config: BudgetsConfig, clock: Callable[[], float] = time.time
+        self,
+        data_dir: Path,
+        config: BudgetsConfig,
+        clock: Callable[[], float] = time.time,
+        model_prices: Mapping[str, Prices] | None = None,
     ) -> None:
+        """``model_prices``: a model's own prices, where they are not ``config.prices``."""
         self.path = Path(data_dir) / "usage.sqlite"
         self.config, self.clock = config, clock
+        self.model_prices = dict(model_prices or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used from the event loop and from worker threads under the lock;
         # other processes (replicas, the CLI) are serialised by SQLite's own locking.
@@ -304,17 +323,37 @@ class Ledger:
         prompt: int = 0,
         cached: int = 0,
         completion: int = 0,
+        models: Mapping[str, Usage] | None = None,
     ) -> float:
-        """Account one request; returns its estimated cost."""
+        """Account one request; returns its estimated cost. ``models``: the generator tokens
+        of each model that worked on it (then the request's tokens are their sum)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; one of {OUTCOMES}")
-        cost = self.config.prices.cost(prompt, cached, completion)
+        models = dict(models or {})
+        if models:
+            prompt = sum(u.prompt_tokens for u in models.values())
+            cached = sum(u.cached_tokens for u in models.values())
+            completion = sum(u.completion_tokens for u in models.values())
+        costs = {model: self.cost(usage, model) for model, usage in models.items()}
+        default = self.config.prices.cost(prompt, cached, completion)
+        cost = sum(costs.values()) if models else default
+        now = self.clock()
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.clock(), tenant, key_id, outcome, reason, prompt, cached, completion, cost),
+                (now, tenant, key_id, outcome, reason, prompt, cached, completion, cost),
             )
+            db.executemany(
+                "INSERT INTO model_usage VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(now, tenant, key_id, model, u.prompt_tokens, u.cached_tokens,
+                  u.completion_tokens, costs[model]) for model, u in models.items()],
+            )  # fmt: skip
         return cost
+
+    def cost(self, usage: Usage, model: str) -> float:
+        """The estimated cost of ``usage`` on ``model`` (its own prices, else the default)."""
+        prices = self.model_prices.get(model, self.config.prices)
+        return prices.cost(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
 
     def usage(self, tenant: str | None = None, since: float | None = None) -> list[UsageRow]:
         """Per tenant and key, since ``since`` (epoch seconds) or ever."""
@@ -327,6 +366,12 @@ class Ledger:
                 "SELECT tenant, key_id, outcome, reason, count(*), sum(prompt), sum(cached), "
                 f"sum(completion), sum(cost) FROM requests WHERE {' AND '.join(where)} "
                 "GROUP BY tenant, key_id, outcome, reason ORDER BY tenant, key_id",
+                args,
+            ).fetchall()
+            by_model = self._db.execute(
+                "SELECT tenant, key_id, model, sum(prompt), sum(cached), sum(completion), "
+                f"sum(cost) FROM model_usage WHERE {' AND '.join(where)} "
+                "GROUP BY tenant, key_id, model ORDER BY model",
                 args,
             ).fetchall()
         totals: dict[tuple[str, str], dict] = {}
@@ -346,4 +391,10 @@ class Ledger:
             t["cached_tokens"] += cached
             t["completion_tokens"] += completion
             t["cost"] += cost
+        for tenant_id, key_id, model, prompt, cached, completion, cost in by_model:
+            if (tenant_id, key_id) in totals:
+                totals[tenant_id, key_id].setdefault("models", {})[model] = {
+                    "prompt_tokens": prompt, "cached_tokens": cached,
+                    "completion_tokens": completion, "cost": cost,
+                }  # fmt: skip
         return [UsageRow(tenant_id, key_id, **t) for (tenant_id, key_id), t in totals.items()]

@@ -7,6 +7,7 @@ file, then defaults. Errors name the field and what is allowed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,29 +26,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from index.config import IndexConfig
 from index.errors import ConfigError
 from serve.audit import AuditConfig
-from serve.budgets import BudgetsConfig
+from serve.budgets import BudgetsConfig, Prices
 from serve.identity import AuthConfig
 from serve.query.config import QueryConfig
+from serve.query.routing import MODEL_ID, RouteConfig
 from serve.resources import gpu_packing, gpu_requests
 from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
-
-
-class GeneratorConfig(BaseModel):
-    """``model`` is a local Hugging Face model folder. ``engine_kwargs`` are vLLM's own options
-    (CPU needs a KV-cache size, e.g. ``kv_cache_memory_bytes``; GPU sets
-    ``gpu_memory_utilization``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = Field(
-        "qwen2.5-0.5b", description="A name from `grounded models list`, or a local model folder."
-    )
-    max_model_len: int = Field(4096, gt=0)
-    max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
-    temperature: float = Field(0.0, ge=0.0)
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class DeploymentOptions(BaseModel):
@@ -76,6 +62,104 @@ def _deployments() -> dict[str, DeploymentOptions]:
 
 
 DEPLOYMENTS = ("ingress", "embedder", "shards", "generator", "reranker")
+
+
+MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+class GeneratorModel(BaseModel):
+    """One of several generators (``generator.models``): its model and, where they differ from
+    the generator's, its engine settings, deployment resources, answer check threshold and
+    prices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(description="A name from `grounded models list`, hf:Org/Name or a folder.")
+    max_model_len: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    engine_kwargs: dict[str, Any] | None = None
+    deployment: DeploymentOptions | None = Field(
+        None, description="Its deployment's resources (default: serve.deployments.generator)."
+    )
+    min_answer_support: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="The answer check's threshold on this model's own P(yes) (default: "
+        "query.min_answer_support).",
+    )  # fmt: skip
+    prices: Prices | None = Field(None, description="Its prices (default: budgets.prices).")
+
+
+class GeneratorConfig(BaseModel):
+    """``model`` is a local Hugging Face model folder. ``engine_kwargs`` are vLLM's own options
+    (CPU needs a KV-cache size, e.g. ``kv_cache_memory_bytes``; GPU sets
+    ``gpu_memory_utilization``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(
+        "qwen2.5-0.5b", description="A name from `grounded models list`, or a local model folder."
+    )
+    max_model_len: int = Field(4096, gt=0)
+    max_tokens: int = Field(512, gt=0, description="Default answer length in tokens.")
+    temperature: float = Field(0.0, ge=0.0)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    models: dict[str, GeneratorModel] = Field(
+        default_factory=dict,
+        description="Several generators, by the name a request's model picks (at least two; "
+        "each its own deployment). Empty: the one model above, named grounded.",
+    )
+    route: RouteConfig = Field(default_factory=RouteConfig)
+
+    @model_validator(mode="after")
+    def _models_route(self) -> GeneratorConfig:
+        if not self.models:
+            return self
+        if len(self.models) < 2:
+            raise ValueError("models names one generator: name two or more, or none (model)")
+        for name in self.models:
+            if not MODEL_NAME.fullmatch(name) or name == MODEL_ID:
+                raise ValueError(
+                    f"models: {name!r} is not a model name: lowercase letters, digits, '.', "
+                    f"'-' and '_', and not {MODEL_ID!r} (the name that routes)"
+                )
+        for role in ("small", "large"):
+            chosen = getattr(self.route, role)
+            if chosen is not None and chosen not in self.models:
+                raise ValueError(
+                    f"route.{role} is {chosen!r}, which is not in models ({', '.join(self.models)})"
+                )
+        if self.small_model == self.large_model:
+            raise ValueError("route.small and route.large name the same model")
+        return self
+
+    @property
+    def small_model(self) -> str:
+        """The model a routed question is asked first (route.small; the first listed)."""
+        return self.route.small or next(iter(self.models))
+
+    @property
+    def large_model(self) -> str:
+        """The model routed hard questions and cascades go to (route.large; the last listed)."""
+        return self.route.large or list(self.models)[-1]
+
+    def check_thresholds(self) -> dict[str, float]:
+        """The models whose answer check has its own threshold (``min_answer_support``)."""
+        return {name: entry.min_answer_support for name, entry in self.models.items()
+                if entry.min_answer_support is not None}  # fmt: skip
+
+    def configs(self) -> dict[str, GeneratorConfig]:
+        """Each generator's own settings by model name: the one model as ``grounded``, or each
+        of ``models`` with what it leaves out taken from here."""
+        if not self.models:
+            return {MODEL_ID: self}
+        return {
+            name: self.model_copy(update={
+                **entry.model_dump(exclude_none=True, exclude={"deployment", "prices",
+                                                               "min_answer_support"}),
+                "models": {}, "route": RouteConfig(),
+            })
+            for name, entry in self.models.items()
+        }  # fmt: skip
 
 
 class ServeConfig(BaseModel):

@@ -20,6 +20,7 @@ from fastapi import Request
 from index.access import may_read
 from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
 from index.store.collections import VectorStoreCatalog
+from serve.api import ModelNotFoundError
 from serve.audit import AuditEntry, AuditLog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
@@ -32,6 +33,7 @@ from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.retrieval import SearchFilter
+from serve.query.routing import MODEL_ID
 from serve.response_store import ResponseStore
 from serve.tenant_shards import TenantShards
 
@@ -67,19 +69,22 @@ class Gateway:
         generator,
         embed: Callable[[list[str]], Awaitable[tuple[np.ndarray, int]]],
         tenant_shards: Callable[[str], TenantShards],
-        model_name: str,
     ) -> None:
         self.config, self.keys, self.pipeline = config, keys, pipeline
         self.generator, self._embed, self.tenant_shards = generator, embed, tenant_shards
-        self.model_name = model_name
+        # The answering models by the names requests use, and the model each runs.
+        self.models = {name: c.model or "" for name, c in config.generator.configs().items()}
         # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
         self.embedding_model = Path(config.index.embedder.model).name
         self.responses = ResponseStore(config.data_dir)
         self.audit = AuditLog(config.data_dir, config.audit)
-        self.ledger = Ledger(config.data_dir, config.budgets)
-        self.fair = FairQueue(
-            config.serve.generation_slots, config.serve.queue_per_tenant, config.serve.prefill_slots
-        )
+        prices = {name: e.prices for name, e in config.generator.models.items() if e.prices}
+        self.ledger = Ledger(config.data_dir, config.budgets, model_prices=prices)
+        serve = config.serve  # fair admission per generator: each has its own engine
+        self.fair = {
+            name: FairQueue(serve.generation_slots, serve.queue_per_tenant, serve.prefill_slots)
+            for name in self.models
+        }
 
     def key(self, request: Request, scope: str) -> ApiKey:
         """The caller's key (checked by the guard before the body was read), with ``scope``."""
@@ -121,19 +126,38 @@ class Gateway:
         """``tenant``'s shard: the Shards deployment, routed to the replica holding it."""
         return self.tenant_shards(tenant)
 
+    def model_for(self, requested: str) -> str | None:
+        """The model a request names: None for ``grounded`` (routed where there are several),
+        else one of ``generator.models``; anything else is 404 model_not_found."""
+        if requested == MODEL_ID:
+            return None
+        if requested in self.models:
+            return requested
+        names = ", ".join(repr(name) for name in (MODEL_ID, *self.models) if name != MODEL_ID)
+        hint = f" (routed), or one of {names}" if names else ""
+        if requested == self.embedding_model:
+            raise ModelNotFoundError(
+                f"{requested!r} is the embedding model (POST /v1/embeddings); answers come "
+                f"from {MODEL_ID!r}{hint}"
+            )
+        raise ModelNotFoundError(
+            f"the model {requested!r} does not exist; use {MODEL_ID!r}{hint} (GET /v1/models "
+            "lists them)"
+        )
+
     def admission(self, key: ApiKey, grants: list[Grant]):
-        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot: for
-        the answer, and for the generator's work before it (condensing, the generator
-        reranker)."""
+        """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot at the
+        model's generator: for the answer, and for the generator's work before it (condensing,
+        the generator reranker)."""
 
         @contextlib.asynccontextmanager
-        async def admit(tokens: int):
+        async def admit(tokens: int, model: str):
             lease = await asyncio.to_thread(
                 self.ledger.reserve, key.tenant, key.id, key.limits, tokens
             )
-            grant = Grant()
+            grant = Grant(model=model)
             try:
-                async with self.fair.slot(key.tenant) as turn:
+                async with self.fair[model].slot(key.tenant) as turn:
                     grant.run = turn.run
                     grants.append(grant)
                     try:
@@ -164,19 +188,25 @@ class Gateway:
 
     async def account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
         """Record one request in the ledger (in a thread: SQLite off the event loop) and the
-        per-tenant metrics; returns its cost."""
-        usage = answer.usage if answer is not None else (grants[0].usage if grants else Usage())
+        per-tenant metrics, by model; returns its cost."""
+        if answer is not None:
+            by_model = answer.model_usage or {answer.route.model: answer.usage}
+        else:  # cancelled: what the generations admitted so far used
+            by_model = {}
+            for grant in grants:
+                by_model[grant.model] = by_model.get(grant.model, Usage()) + grant.usage
         outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
         cost = await asyncio.to_thread(
-            self.ledger.record, key.tenant, key.id, outcome, prompt=usage.prompt_tokens,
-            cached=usage.cached_tokens, completion=usage.completion_tokens,
-        )  # fmt: skip
+            self.ledger.record, key.tenant, key.id, outcome, models=by_model
+        )
         m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
         m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
-        m.add(m.tenant_tokens, usage.prompt_tokens, {**tags, "kind": "prompt"})
-        m.add(m.tenant_tokens, usage.cached_tokens, {**tags, "kind": "cached_prompt"})
-        m.add(m.tenant_tokens, usage.completion_tokens, {**tags, "kind": "completion"})
-        m.add(m.tenant_cost, cost, tags)
+        for model, usage in by_model.items():
+            tagged = {**tags, "model": model}
+            m.add(m.tenant_tokens, usage.prompt_tokens, {**tagged, "kind": "prompt"})
+            m.add(m.tenant_tokens, usage.cached_tokens, {**tagged, "kind": "cached_prompt"})
+            m.add(m.tenant_tokens, usage.completion_tokens, {**tagged, "kind": "completion"})
+            m.add(m.tenant_cost, self.ledger.cost(usage, model), tagged)
         return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
 
     async def refused(self, key: ApiKey, exc: GroundedError) -> None:
@@ -199,6 +229,7 @@ class Gateway:
         *,
         streaming: bool,
         endpoint: str = "chat.completions",
+        model: str | None = None,
     ) -> Asked:
         """The one answering path of the API (chat completions and responses): the budget's
         caps, then the pipeline under admission (budgets, a fair slot). Refusals (budgets, the
@@ -212,7 +243,7 @@ class Gateway:
             engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"
             stream = self.pipeline.stream(
                 key.tenant, question, history, tokens, engine_id, options,
-                admit=self.admission(key, grants),
+                admit=self.admission(key, grants), model=model, live=streaming,
             )  # fmt: skip
             first = await anext(stream) if streaming else await _final(stream)
         except GroundedError as exc:
@@ -255,11 +286,14 @@ class Gateway:
         await asyncio.to_thread(self.audit.append, entry)
 
     def observe(self, answer: Answer) -> None:
-        m = metrics()
+        m, route = metrics(), answer.route
         m.record_stages(answer.timings)
-        m.add(m.tokens, answer.usage.prompt_tokens, {"kind": "prompt"})
-        m.add(m.tokens, answer.usage.cached_tokens, {"kind": "cached_prompt"})
-        m.add(m.tokens, answer.usage.completion_tokens, {"kind": "completion"})
+        for model, usage in (answer.model_usage or {route.model: answer.usage}).items():
+            m.add(m.tokens, usage.prompt_tokens, {"kind": "prompt", "model": model})
+            m.add(m.tokens, usage.cached_tokens, {"kind": "cached_prompt", "model": model})
+            m.add(m.tokens, usage.completion_tokens, {"kind": "completion", "model": model})
+        m.routes.inc(tags={"model": route.model, "decision": route.decision,
+                           "reason": route.reason or ""})  # fmt: skip
         if answer.abstained:
             m.abstentions.inc(tags={"by": "model" if answer.sources else "gate"})
         m.add(m.invalid_citations, answer.invalid_citations_removed)

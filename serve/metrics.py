@@ -30,7 +30,13 @@ class Metrics:
             boundaries=STAGE_BUCKETS, tag_keys=("stage",),
         )  # fmt: skip
         self.tokens = Counter(
-            "grounded_tokens_total", "Tokens in and out of the generator.", ("kind",)
+            "grounded_tokens_total", "Tokens in and out of each generator.", ("kind", "model")
+        )
+        self.routes = Counter(
+            "grounded_routes_total",
+            "Answers by the model that wrote them and how it was chosen (asked by name, routed, "
+            "cascaded after the small model's answer failed its check), with the router's reason.",
+            ("model", "decision", "reason"),
         )
         self.abstentions = Counter(
             "grounded_abstentions_total", "Answers that were 'not found in the sources'.", ("by",)
@@ -41,14 +47,20 @@ class Metrics:
         self.embed_cache = Counter(
             "grounded_query_embedding_cache_total", "Query embedding cache lookups.", ("result",)
         )
-        self.kv_cache_usage = Gauge("grounded_vllm_kv_cache_usage", "vLLM KV-cache use, 0..1.")
+        self.kv_cache_usage = Gauge(
+            "grounded_vllm_kv_cache_usage", "vLLM KV-cache use, 0..1, per model.", ("model",)
+        )
         self.prefix_queries = Counter(
-            "grounded_vllm_prefix_cache_queries_total", "Prompt tokens looked up in the cache."
-        )
+            "grounded_vllm_prefix_cache_queries_total", "Prompt tokens looked up in the cache.",
+            ("model",),
+        )  # fmt: skip
         self.prefix_hits = Counter(
-            "grounded_vllm_prefix_cache_hits_total", "Prompt tokens found in the prefix cache."
+            "grounded_vllm_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+            ("model",),
+        )  # fmt: skip
+        self.running = Gauge(
+            "grounded_vllm_requests", "vLLM requests by model and state.", ("model", "state")
         )
-        self.running = Gauge("grounded_vllm_requests", "vLLM requests by state.", ("state",))
         self.shard_chunks = Gauge(
             "grounded_shard_chunks", "Chunks in each loaded tenant shard.", ("tenant",)
         )
@@ -60,8 +72,8 @@ class Metrics:
             ("tenant", "key", "outcome", "reason"),
         )
         self.tenant_tokens = Counter(
-            "grounded_tenant_tokens_total", "Generator tokens per tenant and key.",
-            ("tenant", "key", "kind"),
+            "grounded_tenant_tokens_total", "Generator tokens per tenant, key and model.",
+            ("tenant", "key", "kind", "model"),
         )  # fmt: skip
         self.tenant_preemptions = Counter(
             "grounded_tenant_preemptions_total",
@@ -70,9 +82,10 @@ class Metrics:
             ("tenant",),
         )
         self.tenant_cost = Counter(
-            "grounded_tenant_cost_total", "Estimated cost (configured prices) per tenant and key.",
-            ("tenant", "key"),
-        )  # fmt: skip
+            "grounded_tenant_cost_total",
+            "Estimated cost (configured prices) per tenant, key and model.",
+            ("tenant", "key", "model"),
+        )
 
     @staticmethod
     def add(counter, value: float, tags: dict[str, str] | None = None) -> None:

@@ -28,26 +28,36 @@ def check_embedding_model(model: str, embedding_model: str) -> None:
         )
 
 
-def models_list(generator_model: str, embedding_model: str) -> dict[str, Any]:
-    """Every model the API accepts: ``grounded`` for chat and Responses, and the embedder for
-    /v1/embeddings. OpenAI's model object has no field for what a model does, and its schema
-    leaves the object open: Grounded's extension says (``grounded.kind``)."""
+def models_list(models: dict[str, str], embedding_model: str) -> dict[str, Any]:
+    """Every model the API accepts: ``grounded`` for chat and Responses (routed between
+    ``models``, name -> the model it runs, where there are several; each may also be asked by
+    name), and the embedder for /v1/embeddings. OpenAI's model object has no field for what a
+    model does, and its schema leaves the object open: Grounded's extension says
+    (``grounded.kind``)."""
+    chat = {
+        "object": "model",
+        "created": 0,
+        "owned_by": "grounded",
+    }
+    endpoints = ["/v1/chat/completions", "/v1/responses"]
+    described = "Answers from the caller's tenant documents only, with checked citations"
+    if MODEL_ID in models:  # one generator
+        listed = [{"id": MODEL_ID, **chat, "grounded": {
+            "kind": "chat", "endpoints": endpoints, "description": described,
+            "generator": models[MODEL_ID]}}]  # fmt: skip
+    else:
+        listed = [{"id": MODEL_ID, **chat, "grounded": {
+            "kind": "chat", "endpoints": endpoints, "routes_to": list(models),
+            "description": described + "; each question is routed to the cheapest model that "
+            "answers it as well (the default)"}}]  # fmt: skip
+        listed += [{"id": name, **chat, "grounded": {
+            "kind": "chat", "endpoints": endpoints, "generator": model,
+            "description": described + f"; always by {name}"}}
+            for name, model in models.items()]  # fmt: skip
     return {
         "object": "list",
         "data": [
-            {
-                "id": MODEL_ID,
-                "object": "model",
-                "created": 0,
-                "owned_by": "grounded",
-                "grounded": {
-                    "kind": "chat",
-                    "endpoints": ["/v1/chat/completions", "/v1/responses"],
-                    "description": "Answers from the caller's tenant documents only, with "
-                    "checked citations",
-                    "generator": generator_model,
-                },
-            },
+            *listed,
             {
                 "id": embedding_model,
                 "object": "model",

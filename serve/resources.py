@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from serve.config import AppConfig, GeneratorConfig, ServeConfig
+    from serve.config import AppConfig, DeploymentOptions, GeneratorConfig, ServeConfig
 
 # vLLM's max_num_seqs when the engine is started from Python (usage context unknown).
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
@@ -34,26 +34,51 @@ def admitted_generations(serve: ServeConfig) -> int:
     return serve.generation_slots * serve.options("ingress").num_replicas
 
 
-def engine_kwargs(config: AppConfig) -> dict[str, Any]:
-    """vLLM's options for a generator replica: the config's own, plus a sequence limit that
-    holds every admitted generation (below it, requests would wait inside the engine, in its
-    order rather than fair admission's) and the Ray executor for a multi-GPU engine (its
-    workers go into the replica's placement group)."""
-    kwargs = dict(config.generator.engine_kwargs)
+def engine_kwargs(config: AppConfig, generator: GeneratorConfig | None = None) -> dict[str, Any]:
+    """vLLM's options for a generator replica (``generator``: one of ``generator.configs()``,
+    default the one generator): the config's own, plus a sequence limit that holds every
+    admitted generation (below it, requests would wait inside the engine, in its order rather
+    than fair admission's) and the Ray executor for a multi-GPU engine (its workers go into
+    the replica's placement group)."""
+    generator = generator or config.generator
+    kwargs = dict(generator.engine_kwargs)
     kwargs.setdefault(
         "max_num_seqs", max(admitted_generations(config.serve), VLLM_DEFAULT_MAX_NUM_SEQS)
     )
-    if engine_devices(config.generator) > 1:
+    if engine_devices(generator) > 1:
         kwargs.setdefault("distributed_executor_backend", "ray")
     return kwargs
 
 
-def deployment_options(config: AppConfig, name: str, **extra: Any) -> dict[str, Any]:
-    """Ray Serve options of one deployment. A generator spanning several GPUs gets one
-    placement-group bundle per GPU, the replica itself in the first (Ray Serve LLM's layout):
-    its engine's workers are scheduled into the bundles, so Ray reserves all the GPUs at once,
-    on one node with STRICT_PACK."""
-    options = config.serve.options(name)
+def generator_deployments(
+    config: AppConfig,
+) -> dict[str, tuple[str, GeneratorConfig, DeploymentOptions]]:
+    """Each answering model's deployment: model name -> (deployment name, its generator
+    settings, its resources). One generator: ``generator``; several (``generator.models``):
+    ``generator-<name>`` each, with its own resources or serve.deployments.generator's."""
+    configs = config.generator.configs()
+    if not config.generator.models:
+        [(name, generator)] = configs.items()
+        return {name: ("generator", generator, config.serve.options("generator"))}
+    return {
+        name: (f"generator-{name}", configs[name],
+               entry.deployment or config.serve.options("generator"))
+        for name, entry in config.generator.models.items()
+    }  # fmt: skip
+
+
+def deployment_options(
+    config: AppConfig, name: str, model: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """Ray Serve options of one deployment (``model``: the generator of that model). A
+    generator spanning several GPUs gets one placement-group bundle per GPU, the replica itself
+    in the first (Ray Serve LLM's layout): its engine's workers are scheduled into the bundles,
+    so Ray reserves all the GPUs at once, on one node with STRICT_PACK."""
+    options, generator = config.serve.options(name), None
+    if name == "generator" and not config.generator.models:
+        model = next(iter(config.generator.configs()))  # the one generator
+    if model is not None:
+        _, generator, options = generator_deployments(config)[model]
     actor: dict[str, Any] = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus}
     if options.resources:
         actor["resources"] = dict(options.resources)
@@ -65,8 +90,8 @@ def deployment_options(config: AppConfig, name: str, **extra: Any) -> dict[str, 
         "ray_actor_options": actor,
         **extra,
     }
-    devices = engine_devices(config.generator)
-    if name == "generator" and devices > 1:
+    devices = engine_devices(generator) if generator is not None else 1
+    if devices > 1:
         actor["num_gpus"] = 0
         first = {"CPU": options.num_cpus, "GPU": 1.0, **options.resources}
         result["placement_group_bundles"] = [first] + [{"GPU": 1.0}] * (devices - 1)
@@ -95,48 +120,58 @@ def gpu_requests(config: AppConfig) -> list[str]:
                 f"account for that GPU use nor say which GPU is the replica's; give it a "
                 f"share (e.g. num_gpus: 0.1)"
             )
-    for name in serve.deployments:
-        share = serve.options(name).num_gpus
+    shares = {f"serve.deployments.{name}": serve.options(name) for name in serve.deployments}
+    for model, entry in config.generator.models.items():
+        if entry.deployment is not None:
+            shares[f"generator.models.{model}.deployment"] = entry.deployment
+    for field, options in shares.items():
+        share = options.num_gpus
         if share > 1 and share != int(share):
             problems.append(
-                f"serve.deployments.{name}.num_gpus is {share}: above 1 it must be a whole "
-                "number of GPUs"
+                f"{field}.num_gpus is {share}: above 1 it must be a whole number of GPUs"
             )
-    generator, devices = serve.options("generator"), engine_devices(config.generator)
-    if devices > 1 and generator.num_gpus != devices:
-        problems.append(
-            f"the generator's engine spans {devices} GPUs (tensor_parallel_size x "
-            f"pipeline_parallel_size) but serve.deployments.generator.num_gpus is "
-            f"{generator.num_gpus}: set it to {devices} (one placement-group bundle per GPU)"
-        )
-    utilization = config.generator.engine_kwargs.get("gpu_memory_utilization")
-    if utilization is not None and 0 < generator.num_gpus < 1 and utilization > generator.num_gpus:
-        problems.append(
-            f"generator.engine_kwargs.gpu_memory_utilization {utilization} is more of the "
-            f"GPU's memory than the generator's share of the GPU "
-            f"(serve.deployments.generator.num_gpus {generator.num_gpus}): the replicas that "
-            "share the GPU need the rest; lower it or raise the share"
-        )
-    seqs, admitted = config.generator.engine_kwargs.get("max_num_seqs"), admitted_generations(serve)
-    if seqs is not None and seqs < admitted:
-        problems.append(
-            f"generator.engine_kwargs.max_num_seqs {seqs} is below the {admitted} generations "
-            f"the ingress replicas admit (serve.generation_slots {serve.generation_slots} x "
-            f"{serve.options('ingress').num_replicas} replicas): the rest would wait inside "
-            "the engine, outside fair admission; raise it or lower generation_slots"
-        )
+    for model, (_, generator, options) in generator_deployments(config).items():
+        kwargs = generator.engine_kwargs
+        name = "generator" if not config.generator.models else f"generator.models.{model}"
+        share = ("serve.deployments.generator.num_gpus" if not config.generator.models
+                 or config.generator.models[model].deployment is None
+                 else f"{name}.deployment.num_gpus")  # fmt: skip
+        devices = engine_devices(generator)
+        if devices > 1 and options.num_gpus != devices:
+            problems.append(
+                f"the {name} engine spans {devices} GPUs (tensor_parallel_size x "
+                f"pipeline_parallel_size) but {share} is {options.num_gpus}: set it to "
+                f"{devices} (one placement-group bundle per GPU)"
+            )
+        utilization = kwargs.get("gpu_memory_utilization")
+        if utilization is not None and 0 < options.num_gpus < 1 and utilization > options.num_gpus:
+            problems.append(
+                f"{name}.engine_kwargs.gpu_memory_utilization {utilization} is more of the "
+                f"GPU's memory than its share of the GPU ({share} {options.num_gpus}): the "
+                "replicas that share the GPU need the rest; lower it or raise the share"
+            )
+        seqs, admitted = kwargs.get("max_num_seqs"), admitted_generations(serve)
+        if seqs is not None and seqs < admitted:
+            problems.append(
+                f"{name}.engine_kwargs.max_num_seqs {seqs} is below the {admitted} generations "
+                f"the ingress replicas admit (serve.generation_slots {serve.generation_slots} x "
+                f"{serve.options('ingress').num_replicas} replicas): the rest would wait inside "
+                "the engine, outside fair admission; raise it or lower generation_slots"
+            )
     return problems
 
 
 def gpu_demand(config: AppConfig) -> list[tuple[str, float]]:
     """(deployment, GPUs) per replica, one entry per replica (a multi-GPU engine: one whole
     GPU per bundle)."""
+    deployed = {name: (config.serve.options(name), 1) for name in config.serve.deployments
+                if name != "generator"}  # fmt: skip
+    if config.query.rerank.backend != "cross-encoder":
+        deployed.pop("reranker", None)  # not deployed
+    for deployment, generator, options in generator_deployments(config).values():
+        deployed[deployment] = (options, engine_devices(generator))
     demand = []
-    for name in config.serve.deployments:
-        if name == "reranker" and config.query.rerank.backend != "cross-encoder":
-            continue  # not deployed
-        options = config.serve.options(name)
-        devices = engine_devices(config.generator) if name == "generator" else 1
+    for name, (options, devices) in deployed.items():
         each = [1.0] * devices if devices > 1 else [options.num_gpus]
         demand += [(name, share) for _ in range(options.num_replicas) for share in each if share]
     return demand

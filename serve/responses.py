@@ -54,7 +54,7 @@ class ResponseRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(json_schema_extra={"enum": [api.MODEL_ID]})
+    model: str = Field(description=api.MODEL_DESCRIPTION)
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     tools: list[dict[str, Any]] = []
@@ -200,7 +200,7 @@ class ResponseShape:
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "model": api.MODEL_ID,
+            "model": request.model,
             "output": output,
             "instructions": request.instructions,
             "max_output_tokens": request.max_output_tokens,

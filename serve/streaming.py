@@ -42,17 +42,18 @@ async def chat_events(
     created: int,
     final_chunks: Callable[[Answer], Awaitable[list[dict[str, Any]]]],
     on_end: Callable[[Answer | None], Awaitable[None]],
+    model: str = api.MODEL_ID,
 ) -> AsyncIterator[str]:
     """The role chunk, a chunk per text delta (``first`` is the first one), ``final_chunks``
     of the answer (citations, usage), ``[DONE]``; or an error event when the pipeline fails.
     ``on_end`` runs last in every case, with the answer or None (settles usage)."""
     answer = None
     try:
-        yield sse(api.chunk(request_id, created, {"role": "assistant", "content": ""}))
+        yield sse(api.chunk(request_id, created, {"role": "assistant", "content": ""}, model=model))
         item: str | Answer = first
         while not isinstance(item, Answer):
             if item:  # "" only marks that the generation has started
-                yield sse(api.chunk(request_id, created, {"content": item}))
+                yield sse(api.chunk(request_id, created, {"content": item}, model=model))
             item = await anext(stream)
         answer = item
         for final in await final_chunks(answer):

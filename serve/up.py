@@ -60,7 +60,8 @@ def start(
 
     from serve.appliance import build_app
 
-    resolve_model(config.generator.model, config.data_dir)  # fail before Ray starts
+    for generator in config.generator.configs().values():  # fail before Ray starts
+        resolve_model(generator.model, config.data_dir)
     if config.query.rerank.backend == "cross-encoder":
         from serve.query.rerankers import cross_encoder
 

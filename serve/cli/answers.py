@@ -54,14 +54,18 @@ async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if logging.root.level <= 20 else "ERROR")
     service: IndexService = ctx.obj.index()
     service.shard(tenant)  # an unknown tenant fails before the engine starts
-    generator = None
-    if generate or config.query.rerank.backend == "generator":
-        model = resolve_model(config.generator.model, config.data_dir)
-        generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
+    generators = {}  # every model of generator.models (the router chooses), or the one
     try:
-        yield QueryPipeline(LocalSearcher(service), generator, config.query)
+        if generate or config.query.rerank.backend == "generator":
+            for name, settings in config.generator.configs().items():
+                model = resolve_model(settings.model, config.data_dir)
+                generators[name] = VllmGenerator(settings.model_copy(update={"model": model}))
+                generators[name].start()
+        yield QueryPipeline(LocalSearcher(service), generators or None, config.query,
+                            route=config.generator.route,
+                            min_support=config.generator.check_thresholds())  # fmt: skip
     finally:
-        if generator is not None:
+        for generator in generators.values():
             generator.shutdown()
 
 

@@ -13,6 +13,7 @@ from serve.config import AppConfig
 from serve.generator import ChatTokenizer, EngineStats, VllmGenerator
 from serve.metrics import metrics
 from serve.query.generation import GenerationChunk
+from serve.query.routing import MODEL_ID
 from serve.resources import engine_kwargs
 
 log = logging.getLogger("grounded")
@@ -24,21 +25,31 @@ class Generator:
     with prefix caching unless another is injected); exports the engine's counters as
     metrics."""
 
-    def __init__(self, config: AppConfig, model_folder: str, engine: type = VllmGenerator) -> None:
-        settings = config.generator.model_copy(
-            update={"model": model_folder, "engine_kwargs": engine_kwargs(config)}
+    def __init__(
+        self,
+        config: AppConfig,
+        model_folder: str,
+        engine: type = VllmGenerator,
+        name: str = MODEL_ID,
+    ) -> None:
+        """``name``: the model's name in requests and metrics (one of ``generator.models``)."""
+        generator = config.generator.configs()[name]
+        settings = generator.model_copy(
+            update={"model": model_folder, "engine_kwargs": engine_kwargs(config, generator)}
         )
+        self.name = name
         self.generator = engine(settings).start()
         self._exported = EngineStats()
         self._task: asyncio.Task | None = None
 
     def _export(self) -> None:
-        stats, m = self.generator.stats(), metrics()
-        m.kv_cache_usage.set(stats.kv_cache_usage)
-        m.running.set(stats.running_requests, tags={"state": "running"})
-        m.running.set(stats.waiting_requests, tags={"state": "waiting"})
-        m.add(m.prefix_queries, stats.prefix_cache_queries - self._exported.prefix_cache_queries)
-        m.add(m.prefix_hits, stats.prefix_cache_hits - self._exported.prefix_cache_hits)
+        stats, m, model = self.generator.stats(), metrics(), {"model": self.name}
+        m.kv_cache_usage.set(stats.kv_cache_usage, tags=model)
+        m.running.set(stats.running_requests, tags={**model, "state": "running"})
+        m.running.set(stats.waiting_requests, tags={**model, "state": "waiting"})
+        queries = stats.prefix_cache_queries - self._exported.prefix_cache_queries
+        m.add(m.prefix_queries, queries, model)
+        m.add(m.prefix_hits, stats.prefix_cache_hits - self._exported.prefix_cache_hits, model)
         self._exported = stats
 
     async def _export_forever(self) -> None:

@@ -27,19 +27,24 @@ class Ingress:
     """The HTTP entry: the app of serve/app.py over one Gateway (keys, budgets, fair
     admission, accounting) built here from the other deployments' handles."""
 
-    def __init__(
-        self, config: AppConfig, model_folder: str, embedder, shards, generator, reranker=None
-    ):
+    def __init__(self, config: AppConfig, embedder, shards, generators: dict, reranker=None):
+        """``generators``: model name -> (its model folder, its deployment's handle)."""
         setup_tracing(config.serve.tracing)
         keys = Authenticator(KeyStore(config.data_dir), config.auth.oidc)
-        tokenizer = ChatTokenizer.from_folder(model_folder)
-        remote = RemoteGenerator(tokenizer, generator, config.generator.max_model_len)
+        settings = config.generator.configs()
+        remote = {
+            name: RemoteGenerator(ChatTokenizer.from_folder(folder), handle,
+                                  settings[name].max_model_len)
+            for name, (folder, handle) in generators.items()
+        }  # fmt: skip
         judge = RemoteReranker(reranker) if reranker is not None else None
-        pipeline = QueryPipeline(RemoteSearcher(embedder, shards), remote, config.query, judge)
+        pipeline = QueryPipeline(RemoteSearcher(embedder, shards), remote, config.query, judge,
+                                 config.generator.route,
+                                 config.generator.check_thresholds())  # fmt: skip
         gateway = Gateway(
-            config, keys, pipeline, remote, embed=lambda texts: embedder.embed.remote(texts),
+            config, keys, pipeline, pipeline.generator,
+            embed=lambda texts: embedder.embed.remote(texts),
             tenant_shards=partial(TenantShards, shards),
-            model_name=config.generator.model or model_folder,
         )  # fmt: skip
         self.http = create_app(gateway, RequestGuard(keys, config.index.limits.max_bytes))
 

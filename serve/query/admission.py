@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from serve.query.generation import GenerationChunk, Generator
 from serve.query.rerankers import GeneratorReranker
+from serve.query.routing import MODEL_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,11 @@ class Usage:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens,
+                     self.cached_tokens + other.cached_tokens,
+                     self.completion_tokens + other.completion_tokens)  # fmt: skip
 
 
 # Starts a generation: (priority, attempt) -> its chunks. Admission may call it again (attempt
@@ -42,18 +48,20 @@ class Grant:
 
     run: Callable[[StartGeneration], AsyncIterator[GenerationChunk]] = _start_now
     usage: Usage = Usage()
+    model: str = MODEL_ID  # the generator that runs it
 
 
-# Called with the most tokens a generator call may use (prompt + max_tokens) just before the
-# generator; raising refuses the request. Leaving the context settles ``grant.usage``.
-Admission = Callable[[int], AbstractAsyncContextManager[Grant]]
+# Called with the most tokens a generator call may use (prompt + max_tokens) and the name of
+# the model that will run it (serve/query/routing.py), just before the generator; raising
+# refuses the request. Leaving the context settles ``grant.usage``.
+Admission = Callable[[int, str], AbstractAsyncContextManager[Grant]]
 
 
 class AdmittedGenerator:
     """A Generator whose generations are admitted one by one (condensing)."""
 
-    def __init__(self, generator: Generator, admit: Admission) -> None:
-        self.generator, self.admit = generator, admit
+    def __init__(self, generator: Generator, admit: Admission, model: str) -> None:
+        self.generator, self.admit, self.model = generator, admit, model
         self.max_model_len = generator.max_model_len
         self.special_tokens = generator.special_tokens
         self.count, self.encode = generator.count, generator.encode
@@ -69,7 +77,7 @@ class AdmittedGenerator:
         priority: int = 0,
         json_schema: dict | None = None,
     ) -> AsyncIterator[GenerationChunk]:
-        async with self.admit(len(token_ids) + max_tokens) as grant:
+        async with self.admit(len(token_ids) + max_tokens, self.model) as grant:
 
             def start(priority: int, attempt: int) -> AsyncIterator[GenerationChunk]:
                 return self.generator.stream(
@@ -86,7 +94,7 @@ class AdmittedGenerator:
     async def next_token_logprobs(
         self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
     ) -> dict[int, float]:
-        async with self.admit(len(token_ids) + 1) as grant:
+        async with self.admit(len(token_ids) + 1, self.model) as grant:
             logprobs = await self.generator.next_token_logprobs(
                 token_ids, allowed_token_ids=allowed_token_ids, cache_salt=cache_salt
             )
@@ -99,12 +107,12 @@ class AdmittedReranker:
     reservation of every judgement's prompt and token (its judgements run at once, so one per
     judgement would trip a key's ``max_concurrent`` by itself)."""
 
-    def __init__(self, reranker: GeneratorReranker, admit: Admission) -> None:
-        self.reranker, self.admit = reranker, admit
+    def __init__(self, reranker: GeneratorReranker, admit: Admission, model: str) -> None:
+        self.reranker, self.admit, self.model = reranker, admit, model
 
     async def scores(self, query: str, passages: Sequence[str], cache_salt: str) -> list[float]:
         prompts = sum(len(self.reranker.prompt(query, passage)) for passage in passages)
-        async with self.admit(prompts + len(passages)) as grant:
+        async with self.admit(prompts + len(passages), self.model) as grant:
             scores = await self.reranker.scores(query, passages, cache_salt)
             grant.usage = Usage(prompts, 0, len(passages))
         return scores

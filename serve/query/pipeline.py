@@ -8,7 +8,7 @@ Plain Python (no Ray): the appliance's deployments wrap it, and tests run it dir
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,7 @@ from serve.query.relevance import scored
 from serve.query.rerank import rerank
 from serve.query.rerankers import GeneratorReranker, build_reranker
 from serve.query.retrieval import Searcher, SearchFilter, SearchParams
+from serve.query.routing import MODEL_ID, Route, RouteConfig, RouteSignals, hard_because
 from serve.tracing import Stopwatch, tracer
 
 MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
@@ -68,6 +69,9 @@ class Answer:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     citations_written: int = 0  # [n] numbers the model wrote, before invalid ones were removed
     answer_support: float | None = None  # the answer check's P(yes), where it ran
+    # The model that wrote the answer, and how it was chosen.
+    route: Route = field(default_factory=lambda: Route(MODEL_ID))
+    model_usage: dict[str, Usage] = field(default_factory=dict)  # ``usage`` by model
 
     @property
     def supported_share(self) -> float:
@@ -107,22 +111,35 @@ class QueryPipeline:
     def __init__(
         self,
         searcher: Searcher,
-        generator: Generator,
+        generator: Generator | Mapping[str, Generator] | None,
         config: QueryConfig,
         reranker: Reranker | None = None,
+        route: RouteConfig | None = None,
+        min_support: Mapping[str, float | None] | None = None,
     ) -> None:
-        """``reranker`` defaults to the one ``config.rerank`` describes (the appliance passes
-        its reranker deployment instead)."""
+        """``generator``: one, or several by model name (serve/query/routing.py), which
+        ``route`` chooses between (its small model also condenses and, as the generator
+        reranker, judges); ``min_support``: a model's own answer check threshold, where it is
+        not ``config.min_answer_support``. ``reranker`` defaults to the one ``config.rerank``
+        describes (the appliance passes its reranker deployment instead)."""
+        if generator is None or not isinstance(generator, Mapping):
+            generator = {MODEL_ID: generator} if generator is not None else {}
+        self.generators = dict(generator)
+        self.route_config = route or RouteConfig()
+        names = list(self.generators) or [MODEL_ID]
+        self.small = self.route_config.small or names[0]
+        self.large = self.route_config.large or names[-1]
         self.searcher = searcher
-        self.generator = generator
+        self.generator = self.generators.get(self.small)
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
-        self.reranker = reranker or build_reranker(config.rerank, generator)
-        self.answer_check = None
-        if config.min_answer_support is not None and generator is not None:
-            self.answer_check = AnswerCheck(
-                generator, config.min_answer_support, config.withhold_instructions
-            )
+        self.reranker = reranker or build_reranker(config.rerank, self.generator)
+        self.checks: dict[str, AnswerCheck] = {}
+        for name, model in self.generators.items():
+            threshold = (min_support or {}).get(name, config.min_answer_support)
+            if threshold is not None:
+                self.checks[name] = AnswerCheck(model, threshold, config.withhold_instructions)
+        self.answer_check = self.checks.get(self.small)
 
     async def retrieve(
         self,
@@ -165,7 +182,7 @@ class QueryPipeline:
             return scored(hits, floor, probability)[:top_k]
         reranker = self.reranker
         if admit is not None and isinstance(reranker, GeneratorReranker):
-            reranker = AdmittedReranker(reranker, admit)
+            reranker = AdmittedReranker(reranker, admit, self.small)
         reranked = await rerank(
             reranker,
             query,
@@ -180,6 +197,30 @@ class QueryPipeline:
             reranked = [h for h in reranked if h.rerank_score >= threshold]
         return scored(reranked, floor, probability)[:top_k]
 
+    async def evidence(
+        self,
+        tenant: str,
+        question: str,
+        history: Sequence[Turn] = (),
+        max_tokens: int | None = None,
+        options: QueryOptions = QueryOptions(),
+        watch: Stopwatch | None = None,
+        admit: Admission | None = None,
+    ) -> tuple[str, list[SearchHit]]:
+        """What retrieval searched for (the question, condensed with earlier turns) and the
+        passages that passed the gate (none: abstain). ``admit`` admits the generator's work
+        before the answer (condensing, reranking)."""
+        watch = watch or Stopwatch()
+        check_question_fits(question, max_tokens or DEFAULT_MAX_TOKENS, self.generator)
+        salt = cache_salt(tenant, readers_of(options))
+        condenser = self.generator
+        if admit is not None:
+            condenser = AdmittedGenerator(self.generator, admit, self.small)
+        query = await condense_query(question, history, self.config.condense,
+                                     self.config.condense_turns, condenser, salt)  # fmt: skip
+        watch.lap("condense")
+        return query, await self.retrieve(tenant, query, options, watch, admit)
+
     async def prepare(
         self,
         tenant: str,
@@ -190,26 +231,44 @@ class QueryPipeline:
         watch: Stopwatch | None = None,
         admit: Admission | None = None,
     ) -> PreparedPrompt | None:
-        """The prompt to generate from, or None when no source passes the gate (abstain).
-        ``admit`` admits the generator's work before the answer (condensing, reranking)."""
+        """The small model's prompt, or None when no source passes the gate (abstain)."""
         watch = watch or Stopwatch()
-        check_question_fits(question, max_tokens or DEFAULT_MAX_TOKENS, self.generator)
-        salt = cache_salt(tenant, readers_of(options))
-        query = await condense_query(
-            question,
-            history,
-            self.config.condense,
-            self.config.condense_turns,
-            AdmittedGenerator(self.generator, admit) if admit else self.generator,
-            salt,
-        )
-        watch.lap("condense")
-        hits = await self.retrieve(tenant, query, options, watch, admit)
+        query, hits = await self.evidence(tenant, question, history, max_tokens, options,
+                                          watch, admit)  # fmt: skip
         if not hits:
             return None
-        count = self.generator.count
+        return self.prompt(self.small, tenant, question, history, hits, query, max_tokens,
+                           options, watch)  # fmt: skip
+
+    def route(
+        self, question: str, hits: Sequence[SearchHit], history: Sequence[Turn], model: str | None
+    ) -> Route:
+        """The model that answers: the one asked for by name, else the router's choice."""
+        if model is not None or len(self.generators) < 2:
+            return Route(model or self.small)
+        reason = hard_because(RouteSignals.of_hits(question, hits, len(history)),
+                              self.route_config)  # fmt: skip
+        return Route(self.large if reason else self.small, "routed", reason)
+
+    def prompt(
+        self,
+        model: str,
+        tenant: str,
+        question: str,
+        history: Sequence[Turn],
+        hits: Sequence[SearchHit],
+        query: str,
+        max_tokens: int | None = None,
+        options: QueryOptions = QueryOptions(),
+        watch: Stopwatch | None = None,
+    ) -> PreparedPrompt:
+        """``model``'s prompt: as many of ``hits`` and of the history as its window (or the
+        budget's cap) holds."""
+        watch, generator = watch or Stopwatch(), self.generators[model]
+        salt = cache_salt(tenant, readers_of(options))
+        count = generator.count
         quoted = self.config.answer_format == "quoted"
-        builder = PromptBuilder(self.generator.special_tokens,
+        builder = PromptBuilder(generator.special_tokens,
                                 withhold=self.config.withhold_instructions,
                                 remind=self.config.remind_rules,
                                 rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
@@ -226,7 +285,7 @@ class QueryPipeline:
             reserved = quote_reservation([Source(0, hit) for hit in hits], count,
                                          builder.withhold, quotes=2 if also else 1)  # fmt: skip
         max_tokens = asked + reserved
-        window = self.generator.max_model_len
+        window = generator.max_model_len
         limit_name = "this model's maximum context length"
         cap = options.max_prompt_tokens
         if cap is not None and cap + max_tokens < window:
@@ -251,7 +310,7 @@ class QueryPipeline:
         while admitted:  # counts above are per part; the rendered template is the final word
             sources = canonical_order(admitted)
             messages = builder.messages(sources, kept, question, not_found, note)
-            token_ids = self.generator.render(messages)
+            token_ids = generator.render(messages)
             if len(token_ids) + max_tokens <= window:
                 schema = answer_schema(sources, builder.withhold, also) if quoted else None
                 watch.lap("prompt")
@@ -275,116 +334,78 @@ class QueryPipeline:
         request_id: str = "",
         options: QueryOptions = QueryOptions(),
         admit: Admission | None = None,
+        model: str | None = None,
+        live: bool = True,
     ) -> AsyncIterator[str | Answer]:
         """Checked text deltas as the model writes them, then the final Answer. Invalid
         citations never appear in the deltas (they are held back until checked), nor does
         leading whitespace: the deltas add up to the answer's text, which citation offsets
         index; an empty delta marks that the generation has started when its first token
         shows nothing yet. ``admit``, when given, is entered with the tokens the answer may
-        use (prompt + max_tokens) right before the generator and left when the generation
-        ends (budgets and fair queuing in the appliance)."""
+        use (prompt + max_tokens) and its model right before the generator, and left when the
+        generation ends (budgets and fair queuing in the appliance). ``model``: the generator
+        asked for by name (None: routed, where there are several). ``live``: the deltas reach
+        the client as they come (a stream); else only the Answer does, and a cascade may
+        replace an answer whose deltas were already yielded."""
         root = tracer().start_span(
             "grounded.query",
             attributes={"grounded.request_id": request_id, "grounded.tenant": tenant},
         )
         try:
             async for item in self._stream(root, tenant, question, history, max_tokens,
-                                           request_id, options, admit):  # fmt: skip
+                                           request_id, options, admit, model,
+                                           live):  # fmt: skip
                 if isinstance(item, Answer):
                     root.set_attribute("grounded.abstained", item.abstained)
                     root.set_attribute("grounded.completion_tokens", item.usage.completion_tokens)
+                    root.set_attribute("grounded.model", item.route.model)
                 yield item
         finally:
             root.end()
 
     async def _stream(
-        self, root, tenant, question, history, max_tokens, request_id, options, admit
+        self, root, tenant, question, history, max_tokens, request_id, options, admit, model,
+        live,
     ):  # fmt: skip
         started = time.perf_counter()
         watch = Stopwatch(root)
-        prepared = await self.prepare(tenant, question, history, max_tokens, options, watch, admit)
-        if prepared is None:
+        query, hits = await self.evidence(tenant, question, history, max_tokens, options,
+                                          watch, admit)  # fmt: skip
+        if not hits:
             text = not_found_message(question)
             yield text
-            yield Answer(text, (), (), abstained=True, timings={"total": _since(started)})
+            yield Answer(text, (), (), abstained=True, timings={"total": _since(started)},
+                         route=Route(model or self.small))  # fmt: skip
             return
-        check = self.answer_check if prepared.json_schema else None
-        reader: QuotedAnswerReader | ProseAnswerReader = ProseAnswerReader(prepared.sources)
-        if prepared.json_schema:
-            reader = QuotedAnswerReader(
-                prepared.sources,
-                not_found_message(question),
-                hold=bool(check),
-                grounded_only=self.config.grounded_only,
-                question=question,
-            )
-        held = isinstance(reader, QuotedAnswerReader) and reader.hold  # shown once read whole
-        answer_support = None
-        shown: list[str] = []  # what the client was sent; it never starts with whitespace
-
-        def visible(delta: str) -> str:
-            return delta if shown else delta.lstrip()
-
-        last: GenerationChunk | None = None
-        reservation = len(prepared.token_ids) + prepared.max_tokens
-        if check:  # the check runs within the generation's admission: reserve it too
-            reservation += check.reservation(
-                prepared.query or question, prepared.sources, prepared.max_tokens, prepared.also
-            )
-        async with admit(reservation) if admit else nullcontext(Grant()) as grant:
-            if admit:
-                watch.lap("admission")
-            timings = dict(watch.timings)
-            generating = time.perf_counter()
-            span = tracer().start_span("grounded.generate", watch.context)
-
-            def start(priority: int, attempt: int) -> AsyncIterator[GenerationChunk]:
-                return self.generator.stream(
-                    prepared.token_ids,
-                    max_tokens=prepared.max_tokens,
-                    cache_salt=prepared.cache_salt,
-                    request_id=f"{request_id}-{attempt}" if request_id and attempt else request_id,
-                    priority=priority,
-                    json_schema=prepared.json_schema,
-                )
-
-            try:
-                async for chunk in grant.run(start):
-                    started_now = last is None
-                    if started_now:
-                        timings["first_token"] = _since(generating)
-                        span.add_event("first_token")
-                    last = chunk
-                    grant.usage = Usage(
-                        chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
-                    )
-                    if delta := visible(reader.feed(chunk.text)):
-                        if not shown:  # quoted answers show text only after the quote
-                            timings["first_text"] = _since(generating)
-                        shown.append(delta)
-                        yield delta
-                    elif started_now:
-                        yield ""  # generating, nothing to show yet (leading spaces, a "[")
-            finally:
-                span.end()
-            if check and (pending := reader.to_check()):  # within the generation's admission
-                checking = time.perf_counter()
-                check_prompt = check.prompt(prepared.query or question, *pending)
-                answer_support = await check.support(check_prompt, prepared.cache_salt)
-                timings["check"] = _since(checking)
-                used = grant.usage  # the check is billed with the answer: its prompt and token
-                grant.usage = Usage(used.prompt_tokens + len(check_prompt), used.cached_tokens,
-                                    used.completion_tokens + 1)  # fmt: skip
-                if answer_support < check.min_support:
-                    reader.withhold()
-        if rest := visible(reader.flush(last.finish_reason if last else None)):
-            if held and not shown:  # a held answer: its first text is now
+        route = self.route(question, hits, history, model)
+        prepared = self.prompt(route.model, tenant, question, history, hits, query, max_tokens,
+                               options, watch)  # fmt: skip
+        timings = dict(watch.timings)
+        attempt = _Attempt(route.model, prepared, self._reader(prepared, route.model, question))
+        generating = time.perf_counter()
+        async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
+            yield delta
+        usage = {route.model: attempt.grant.usage}
+        if self._cascades(route, attempt, live):
+            cascading = time.perf_counter()
+            first = route.model
+            route = Route(self.large, "cascaded", route.reason, first=first)
+            prepared = self.prompt(self.large, tenant, question, history, hits, query,
+                                   max_tokens, options)  # fmt: skip
+            attempt = _Attempt(self.large, prepared, self._reader(prepared, self.large, question))
+            async for delta in self._generate(attempt, f"{request_id}-c" if request_id else "",
+                                              admit, watch, timings, generating):  # fmt: skip
+                yield delta
+            usage[self.large] = attempt.grant.usage
+            timings["cascade"] = _since(cascading)
+        if attempt.rest:
+            if attempt.held and not attempt.shown:  # a held answer: its first text is now
                 timings["first_text"] = _since(generating)
-            yield rest
+            yield attempt.rest
         timings["generate"] = _since(generating)
         timings["total"] = _since(started)
         # Statement spans index the answer text, which is exactly what was streamed.
-        checked = reader.result()
+        checked = attempt.reader.result()
         yield Answer(
             text=checked.text.rstrip(),
             cited=checked.cited,
@@ -392,12 +413,106 @@ class QueryPipeline:
             abstained=checked.abstained,
             invalid_citations_removed=checked.invalid_removed,
             citations_written=checked.written,
-            usage=grant.usage,
-            finish_reason=last.finish_reason if last else None,
+            usage=sum(usage.values(), Usage()),
+            finish_reason=attempt.last.finish_reason if attempt.last else None,
             statements=checked.statements,
             timings=timings,
-            answer_support=answer_support,
+            answer_support=attempt.support,
+            route=route,
+            model_usage=usage,
         )
+
+    def _reader(
+        self, prepared: PreparedPrompt, model: str, question: str
+    ) -> QuotedAnswerReader | ProseAnswerReader:
+        if not prepared.json_schema:
+            return ProseAnswerReader(prepared.sources)
+        return QuotedAnswerReader(prepared.sources, not_found_message(question),
+                                  hold=model in self.checks,
+                                  grounded_only=self.config.grounded_only,
+                                  question=question)  # fmt: skip
+
+    def _cascades(self, route: Route, attempt: _Attempt, live: bool) -> bool:
+        """The small model's routed answer failed (its check, grounding, or it found nothing)
+        and nothing of it was sent: the large model is asked."""
+        return (self.route_config.cascade and route.decision == "routed"
+                and route.model != self.large and not (live and attempt.shown)
+                and attempt.reader.result().abstained)  # fmt: skip
+
+    async def _generate(
+        self,
+        attempt: _Attempt,
+        request_id: str,
+        admit: Admission | None,
+        watch: Stopwatch,
+        timings: dict[str, float],
+        generating: float,
+    ) -> AsyncIterator[str]:
+        """One model's answer, checked: the deltas it shows as it writes; what it shows last
+        (``attempt.rest``, once read whole and checked) is left to the caller, who may ask
+        another model instead."""
+        prepared, reader = attempt.prepared, attempt.reader
+        check = self.checks.get(attempt.model) if prepared.json_schema else None
+
+        def visible(delta: str) -> str:
+            return delta if attempt.shown else delta.lstrip()
+
+        reservation = len(prepared.token_ids) + prepared.max_tokens
+        if check:  # the check runs within the generation's admission: reserve it too
+            reservation += check.reservation(
+                prepared.query, prepared.sources, prepared.max_tokens, prepared.also
+            )
+        generator = self.generators[attempt.model]
+        async with admit(reservation, attempt.model) if admit else nullcontext(Grant()) as grant:
+            attempt.grant = grant
+            if admit and "admission" not in timings:
+                watch.lap("admission")
+                timings["admission"] = watch.timings["admission"]
+            span = tracer().start_span("grounded.generate", watch.context,
+                                       attributes={"grounded.model": attempt.model})  # fmt: skip
+
+            def start(priority: int, attempt_number: int) -> AsyncIterator[GenerationChunk]:
+                return generator.stream(
+                    prepared.token_ids,
+                    max_tokens=prepared.max_tokens,
+                    cache_salt=prepared.cache_salt,
+                    request_id=f"{request_id}-{attempt_number}"
+                    if request_id and attempt_number
+                    else request_id,
+                    priority=priority,
+                    json_schema=prepared.json_schema,
+                )
+
+            try:
+                async for chunk in grant.run(start):
+                    started_now = attempt.last is None
+                    if started_now and "first_token" not in timings:
+                        timings["first_token"] = _since(generating)
+                        span.add_event("first_token")
+                    attempt.last = chunk
+                    grant.usage = Usage(
+                        chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
+                    )
+                    if delta := visible(reader.feed(chunk.text)):
+                        if not attempt.shown:  # quoted answers show text only after the quote
+                            timings["first_text"] = _since(generating)
+                        attempt.shown.append(delta)
+                        yield delta
+                    elif started_now:
+                        yield ""  # generating, nothing to show yet (leading spaces, a "[")
+            finally:
+                span.end()
+            if check and (pending := reader.to_check()):  # within the generation's admission
+                checking = time.perf_counter()
+                check_prompt = check.prompt(prepared.query, *pending)
+                attempt.support = await check.support(check_prompt, prepared.cache_salt)
+                timings["check"] = timings.get("check", 0.0) + _since(checking)
+                used = grant.usage  # the check is billed with the answer: its prompt and token
+                grant.usage = Usage(used.prompt_tokens + len(check_prompt), used.cached_tokens,
+                                    used.completion_tokens + 1)  # fmt: skip
+                if attempt.support < check.min_support:
+                    reader.withhold()
+        attempt.rest = visible(reader.flush(attempt.last.finish_reason if attempt.last else None))
 
     async def answer(
         self,
@@ -408,13 +523,32 @@ class QueryPipeline:
         request_id: str = "",
         options: QueryOptions = QueryOptions(),
         admit: Admission | None = None,
+        model: str | None = None,
     ) -> Answer:
         async for item in self.stream(
-            tenant, question, history, max_tokens, request_id, options, admit
+            tenant, question, history, max_tokens, request_id, options, admit, model, live=False
         ):
             if isinstance(item, Answer):
                 return item
         raise AssertionError("QueryPipeline.stream ended without an Answer")
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One model's go at the answer (two when a cascade asks the large model)."""
+
+    model: str
+    prepared: PreparedPrompt
+    reader: QuotedAnswerReader | ProseAnswerReader
+    shown: list[str] = field(default_factory=list)  # sent to the client; never starts blank
+    last: GenerationChunk | None = None
+    grant: Grant = field(default_factory=Grant)
+    support: float | None = None  # the answer check's P(yes)
+    rest: str = ""  # what is shown once the answer is read whole
+
+    @property
+    def held(self) -> bool:
+        return isinstance(self.reader, QuotedAnswerReader) and self.reader.hold
 
 
 def _since(start: float) -> float:

@@ -19,24 +19,26 @@ router = APIRouter()
 async def chat(request: Request, body: api.ChatRequest):
     service = gateway(request)
     key = service.key(request, "query")
-    api.check_model(body.model, service.embedding_model)
+    model = service.model_for(body.model)
     request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
     created, files_url = api.now(), f"{request.base_url}v1/files"
     asked = await service.ask(
         key, body.question(), body.history(), body.answer_tokens(), body.options(),
-        request_id, streaming=body.stream,
+        request_id, streaming=body.stream, model=model,
     )  # fmt: skip
     if not body.stream:
         cost = await asked.finish(asked.first)
-        return JSONResponse(api.chat_completion(asked.first, request_id, created, files_url, cost))
+        return JSONResponse(api.chat_completion(asked.first, request_id, created, files_url, cost,
+                                                body.model))  # fmt: skip
 
     async def final_chunks(answer: Answer) -> list[dict[str, Any]]:
         cost = await asked.finish(answer)
         return api.final_chunks(answer, request_id, created, body.include_usage(),
-                                files_url, cost)  # fmt: skip
+                                files_url, cost, body.model)  # fmt: skip
 
     events = chat_events(asked.first, asked.stream, request_id=request_id, created=created,
-                         final_chunks=final_chunks, on_end=asked.on_end)  # fmt: skip
+                         final_chunks=final_chunks, on_end=asked.on_end,
+                         model=body.model)  # fmt: skip
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
     )

@@ -21,7 +21,7 @@ async def health() -> dict[str, str]:
 async def models(request: Request) -> dict[str, Any]:
     service = gateway(request)
     service.key(request, "query")
-    return objects.models_list(service.model_name, service.embedding_model)
+    return objects.models_list(service.models, service.embedding_model)
 
 
 @router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)

@@ -43,7 +43,7 @@ def _input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def create_response(request: Request, body: ResponseRequest):
     service = gateway(request)
     key = service.key(request, "query")
-    api.check_model(body.model, service.embedding_model)
+    model = service.model_for(body.model)
     question, turns = conversation(body.items())
     if body.previous_response_id:
         earlier = await asyncio.to_thread(
@@ -74,6 +74,7 @@ async def create_response(request: Request, body: ResponseRequest):
         shape.id,
         streaming=body.stream,
         endpoint="responses",
+        model=model,
     )
 
     async def finish(answer: Answer) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The Responses API and vector stores through the official openai SDK (sync and async), on
-the real appliance (the tiny model writes noise: these tests check the mechanics, the objects
-and tenant isolation, never wording)."""
+the real appliance serving two generators (generator.models: two deployments of the tiny model,
+routed between). The tiny model writes noise: these tests check the mechanics, the objects,
+tenant isolation and the routing, never wording."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import openai
 import pytest
 
+from serve.config import load_config
 from serve.keys import KeyStore
 from tests.appliances import serving_handbook, tiny_appliance_config
 from tests.conftest import CORPUS
@@ -18,6 +20,7 @@ from tests.conftest import CORPUS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUESTION = "How many days of annual leave do employees get?"
+LARGE_PRICES = {"prompt_per_million": 1.0, "completion_per_million": 1000.0}
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +29,16 @@ def served(tmp_path_factory):
     ingested in the background, the path a large file takes (the SDK's *_and_poll helpers
     wait for it)."""
     config = tiny_appliance_config(tmp_path_factory.mktemp("responses"))
-    config = config.model_copy(
-        update={"serve": config.serve.model_copy(update={"upload_wait_s": 0.0})}
+    tiny = {"model": config.generator.model, "deployment": {"num_cpus": 0.1}}
+    generator = config.generator.model_dump()
+    generator["models"] = {"small": tiny, "large": {**tiny, "prices": LARGE_PRICES}}
+    config = load_config(
+        None,
+        **{
+            **config.model_dump(),
+            "generator": generator,
+            "serve": {**config.serve.model_dump(), "upload_wait_s": 0.0},
+        },
     )
     _, other = KeyStore(config.data_dir).create("globex", ["query", "ingest"])
     with serving_handbook(config, "acme") as (running, secret, client):
@@ -237,3 +248,38 @@ def test_an_upload_answered_before_its_ingestion_ends_is_polled_to_processed(ser
     assert member.status == "failed" and member.last_error.message == found.status_details
     client.files.delete(refused.id)
     assert refused.id not in {f.id for f in client.files.list().data}
+
+
+def test_two_generators_are_listed_asked_by_name_and_metered_by_model(served):
+    """Each model of generator.models is its own deployment: GET /v1/models lists them after
+    the routing name, a request naming one is answered by it (its name in the response, its
+    prices in the cost), an unknown name is OpenAI's 404, and Prometheus carries the model."""
+    import re
+    import urllib.request
+
+    client, _, running, _, _ = served
+    assert [m.id for m in client.models.list().data][:3] == ["grounded", "small", "large"]
+    asked = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 8}
+    large = client.chat.completions.create(model="large", **asked)
+    extension = large.model_extra["grounded"]
+    assert large.model == "large" and extension["route"]["model"] == "large"
+    assert extension["route"]["decision"] == "asked"
+    if large.usage.completion_tokens:  # large's own prices: 1000 per million completion tokens
+        assert extension["cost"]["amount"] >= large.usage.completion_tokens * 1000.0 / 1e6
+    routed = client.chat.completions.create(model="grounded", **asked).model_extra["grounded"]
+    assert routed["route"]["decision"] in ("routed", "cascaded")
+    assert routed["route"]["model"] in ("small", "large")
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.chat.completions.create(model="huge", **asked)
+    assert refused.value.body["code"] == "model_not_found"
+    assert "'small', 'large'" in refused.value.body["message"]
+    deadline = time.monotonic() + 60
+    while True:  # Ray's metrics agent exports every few seconds
+        with urllib.request.urlopen(running.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        series = set(re.findall(r'grounded_vllm_kv_cache_usage\{[^}]*model="(\w+)"', text))
+        routes = re.findall(r'grounded_routes_total\{[^}]*model="large"', text)
+        if (series == {"small", "large"} and routes) or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert series == {"small", "large"} and routes

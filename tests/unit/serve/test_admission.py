@@ -38,7 +38,7 @@ class Recorder:
         self.refuse_at = refuse_at
 
     @asynccontextmanager
-    async def __call__(self, tokens: int):
+    async def __call__(self, tokens: int, model: str):
         if len(self.reserved) == self.refuse_at:
             raise RateLimitError("over budget", reason="tokens_per_minute")
         self.reserved.append(tokens)

@@ -93,12 +93,12 @@ class FailingGenerator(ScriptedGenerator):
 @pytest.fixture
 def world(tmp_path):
     """(app factory, secrets by name); ``initech`` may use 400 tokens a minute."""
-    config = load_config(
-        None,
-        data_dir=str(tmp_path / "data"),
-        budgets={"tenants": {"initech": {"tokens_per_minute": 400}}},
-        query={"min_dense_score": 0.0},  # the hashing embedder's cosines are no relevance
-    )
+    overrides = {
+        "data_dir": str(tmp_path / "data"),
+        "budgets": {"tenants": {"initech": {"tokens_per_minute": 400}}},
+        "query": {"min_dense_score": 0.0},  # the hashing embedder's cosines are no relevance
+    }
+    config = load_config(None, **overrides)
     service = IndexService(config.index, config.data_dir, embedder=HashingEmbedder()).start()
     keys = KeyStore(config.data_dir)
     secrets = {
@@ -116,12 +116,18 @@ def world(tmp_path):
     async def embed(texts: list[str]) -> tuple[np.ndarray, int]:
         return embedder.embed_documents(texts), sum(len(t.split()) for t in texts)
 
-    def build(generator=None, oidc=None) -> TestClient:
-        generator = generator or ScriptedGenerator(REPLY)
-        pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+    def build(generator=None, oidc=None, models=None) -> TestClient:
+        """``models``: several generators by name (generator.models; large priced apart)."""
+        settings = config
+        if models:
+            entries = {name: {"model": name} for name in models}
+            entries["large"]["prices"] = {"completion_per_million": 1000.0}
+            settings = load_config(None, **{**overrides, "generator": {"models": entries}})
+        generator = models or generator or ScriptedGenerator(REPLY)
+        pipeline = QueryPipeline(LocalSearcher(service), generator, settings.query)
         who = Authenticator(keys, oidc)
-        gateway = Gateway(config, who, pipeline, generator, embed,
-                          lambda tenant: InProcessShards(service, tenant), "grounded")  # fmt: skip
+        gateway = Gateway(settings, who, pipeline, pipeline.generator, embed,
+                          lambda tenant: InProcessShards(service, tenant))  # fmt: skip
         guard = RequestGuard(who, config.index.limits.max_bytes)
         return TestClient(create_app(gateway, guard), raise_server_exceptions=False)
 
@@ -246,6 +252,41 @@ def test_models_embeddings_and_responses(world):
     other = client.get(f"/v1/responses/{response_id}", headers=auth(secrets["globex"]))
     assert other.status_code == 404
     assert client.delete(f"/v1/responses/{response_id}", headers=acme).status_code == 200
+
+
+def test_several_models_are_listed_asked_by_name_routed_and_accounted_by_model(world):
+    build, secrets = world
+    small, large = ScriptedGenerator(REPLY), ScriptedGenerator("Large: 27 days [1].")
+    client, acme = build(models={"small": small, "large": large}), auth(secrets["acme"])
+    upload(client, secrets["acme"])
+    listed = client.get("/v1/models", headers=acme).json()["data"]
+    assert [m["id"] for m in listed[:3]] == ["grounded", "small", "large"]
+    assert listed[0]["grounded"]["routes_to"] == ["small", "large"]
+    routed = client.post("/v1/chat/completions", headers=acme, json=QUESTION).json()
+    assert routed["model"] == "grounded" and routed["grounded"]["route"]["model"] == "small"
+    assert routed["grounded"]["route"]["decision"] == "routed"
+    assert routed["grounded"]["cost"]["amount"] == 0  # small has the default prices: 0
+    named = client.post("/v1/chat/completions", headers=acme, json={**QUESTION, "model": "large"})
+    body = named.json()
+    assert body["model"] == "large" and body["choices"][0]["message"]["content"].startswith("Large")
+    assert body["grounded"]["route"] == {"model": "large", "decision": "asked", "reason": None,
+                                         "first": None}  # fmt: skip
+    completion = body["usage"]["completion_tokens"]
+    assert body["grounded"]["cost"]["amount"] == pytest.approx(completion * 1000.0 / 1e6)
+    streamed = client.post("/v1/chat/completions", headers=acme,
+                           json={**QUESTION, "model": "large", "stream": True})  # fmt: skip
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines()
+              if line.startswith("data: {")]  # fmt: skip
+    assert {c["model"] for c in chunks} == {"large"}
+    response = client.post("/v1/responses", headers=acme, json={"model": "small", "input": ASKED})
+    assert response.json()["model"] == "small" and len(small.calls) == 2
+    unknown = client.post("/v1/chat/completions", headers=acme, json={**QUESTION, "model": "xl"})
+    error = error_of(unknown)
+    assert unknown.status_code == 404 and error["code"] == "model_not_found"
+    assert "'small', 'large'" in error["message"] and error["param"] == "model"
+    (row,) = client.app.state.gateway.ledger.usage(tenant="acme")
+    assert set(row.models) == {"small", "large"}
+    assert row.models["large"]["completion_tokens"] == 2 * completion
 
 
 def test_a_budget_spent_is_429_with_retry_after_and_the_next_tenant_unaffected(world):

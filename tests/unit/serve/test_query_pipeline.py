@@ -202,7 +202,7 @@ def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(ser
             yield chunk
 
     @asynccontextmanager
-    async def admit(tokens):
+    async def admit(tokens, model):
         seen.append(tokens)
         grant = Grant(run=preempt_once)
         yield grant
@@ -223,7 +223,7 @@ def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(ser
 def test_a_refused_admission_never_reaches_the_generator_and_the_gate_needs_none(service):
     from index.errors import RateLimitError
 
-    def refuse(tokens):
+    def refuse(tokens, model):
         raise RateLimitError("over budget", reason="tokens_per_minute")
 
     generator = ScriptedGenerator("unused")

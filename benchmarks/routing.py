@@ -1,0 +1,247 @@
+"""Routing between a small and a large generator (issue 39): what each model answers on the
+human-written question sets, and what a router and a cascade made of the two would answer.
+
+    # 1. each model answers every question of the sets (one engine at a time, --concurrency
+    #    questions in flight), the answer check at threshold 0 so that its P(yes) is recorded:
+    .venv/bin/python -m benchmarks.routing collect --model qwen2.5-0.5b --out small.jsonl
+    .venv/bin/python -m benchmarks.routing collect --model qwen2.5-1.5b --out large.jsonl
+    # 2. always-small, always-large, routed and routed + cascade, side by side: the router's
+    #    thresholds and the small model's check threshold chosen on the dev halves, reported
+    #    on the test halves (serve/query/routing.py decides, as in the appliance):
+    .venv/bin/python -m benchmarks.routing report small.jsonl large.jsonl
+
+A question is answered right when an answerable one's answer contains an expected string, and
+an unanswerable one is answered "not found". The runs use the evaluation tenants that
+benchmarks.retrieval_quality builds under benchmarks/.cache/eval, and configs/cpu.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+from benchmarks.retrieval_quality import CACHE
+from serve.eval.metrics import answer_matches
+from serve.eval.run import load_questions
+
+ROOT = Path(__file__).resolve().parent.parent
+SETS = {language: ROOT / f"benchmarks/eval/human-{language}.jsonl" for language in ("en", "fr")}
+TENANTS = {"en": "wiki-en", "fr": "wiki-fr"}
+
+
+async def collect(args: argparse.Namespace) -> None:
+    from index.service import IndexService
+    from serve.config import load_config
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.pipeline import QueryPipeline
+    from serve.query.retrieval import LocalSearcher
+
+    config = load_config(Path(args.config), data_dir=CACHE / "data")
+    folder = resolve_model(args.model, config.data_dir)
+    generator = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
+    # Every answer's check P(yes) recorded: thresholds are applied when reporting.
+    query = config.query.model_copy(update={"min_answer_support": 0.0})
+    service = IndexService(config.index, config.data_dir).start()
+    pipeline = QueryPipeline(LocalSearcher(service), generator, query)
+    out = Path(args.out)
+    done = set()
+    if out.exists():
+        done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line}
+    todo = [
+        (language, q)
+        for language in args.languages.split(",")
+        for q in load_questions(SETS[language])
+        if q.id not in done and (q.split == "test" or not args.dev_every
+                                 or int(q.id.rsplit("-", 1)[1]) % args.dev_every == 0)
+    ]  # fmt: skip
+    print(f"{len(todo)} questions with {args.model}", flush=True)
+    slots = asyncio.Semaphore(args.concurrency)
+
+    async def one(language, q):
+        async with slots:
+            started = time.perf_counter()
+            answer = await pipeline.answer(TENANTS[language], q.question)
+            row = {
+                "id": q.id, "language": language, "split": q.split,
+                "answerable": q.answerable, "question": q.question, "model": args.model,
+                "scores": [s.hit.rerank_score for s in answer.sources],
+                "abstained": answer.abstained,
+                "matched": bool(q.answer_contains) and not answer.abstained
+                and answer_matches(answer.text, q.answer_contains),
+                "support": answer.answer_support, "answer": answer.text,
+                "timings": answer.timings, "wall": time.perf_counter() - started,
+                "prompt_tokens": answer.usage.prompt_tokens,
+                "completion_tokens": answer.usage.completion_tokens,
+            }  # fmt: skip
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    try:
+        await asyncio.gather(*(one(language, q) for language, q in todo))
+    finally:
+        generator.shutdown()
+
+
+# --- what always-small, always-large, routed and routed + cascade answer ----------------
+
+LARGE_SUPPORT = 0.65  # configs/cpu.yaml's min_answer_support, chosen for qwen2.5-1.5b
+GRID = {
+    "min_top_score": (None, 0.0, 2.0, 4.0, 6.0),
+    "min_margin": (None, 0.5, 1.0, 2.0),
+    "max_passages": (None, 2, 3, 4),
+    "compares": (False, True),
+    "max_words": (None, 12, 16, 20),
+    "small_support": (0.0, 0.3, 0.5, 0.65, 0.8),  # 0: no check
+}
+
+
+def withheld(row: dict, support: float) -> bool:
+    """The answer is "not found": the model said so, or its check is under ``support`` (as
+    the appliance withholds it)."""
+    return row["abstained"] or (row["support"] is not None and row["support"] < support)
+
+
+def right(row: dict, support: float) -> bool:
+    """An answerable question answered with an expected string; an unanswerable one, "not
+    found"."""
+    if not row["answerable"]:
+        return withheld(row, support)
+    return row["matched"] and not withheld(row, support)
+
+
+def seconds(row: dict) -> float:
+    return row["timings"].get("generate", 0.0)  # the generation and its check
+
+
+def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float, str]:
+    """(right, generator seconds, who answered: small, large, cascade, or none at the gate),
+    the router deciding as serve/query/routing.py does in the appliance."""
+    from serve.query.routing import RouteConfig, RouteSignals, hard_because
+
+    if not small["scores"]:  # nothing passed the gate: "not found" without generating
+        return not small["answerable"], 0.0, "none"
+    route = RouteConfig(**{k: v for k, v in policy.items() if k in RouteConfig.model_fields})
+    if policy.get("always_large") or hard_because(
+        RouteSignals.of(small["question"], small["scores"]), route
+    ):
+        return right(large, LARGE_SUPPORT), seconds(large), "large"
+    support = policy["small_support"]
+    if route.cascade and withheld(small, support):
+        return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
+    return right(small, support), seconds(small), "small"
+
+
+def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
+    results = [policy_outcome(s, lg, policy) for s, lg in pairs]
+    generated = [r for r in results if r[2] != "none"]
+    accuracy = {}
+    for language in sorted({s["language"] for s, _ in pairs}):
+        mine = [r for (s, _), r in zip(pairs, results, strict=True) if s["language"] == language]
+        accuracy[language] = sum(r[0] for r in mine) / len(mine)
+    times = [r[1] for r in generated]
+    share = max(len(generated), 1)
+    return {
+        "accuracy": accuracy,
+        "mean_accuracy": sum(accuracy.values()) / len(accuracy),
+        "large_share": sum(r[2] in ("large", "cascade") for r in generated) / share,
+        "cascade_share": sum(r[2] == "cascade" for r in generated) / share,
+        "seconds_p50": statistics.median(times) if times else 0.0,
+        "seconds_mean": statistics.fmean(times) if times else 0.0,
+    }
+
+
+def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool) -> dict:
+    """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
+    ``max_large`` of the generated questions (ties: less of the large model, then less time)."""
+    best, best_key = None, None
+    for values in itertools.product(*GRID.values()):
+        policy = {**dict(zip(GRID, values, strict=True)), "cascade": cascade}
+        measured = evaluate(pairs, policy)
+        if measured["large_share"] > max_large:
+            continue
+        key = (round(measured["mean_accuracy"], 6), -measured["large_share"],
+               -measured["seconds_mean"])  # fmt: skip
+        if best_key is None or key > best_key:
+            best, best_key = policy, key
+    return best
+
+
+def report(args: argparse.Namespace) -> None:
+    rows = [{r["id"]: r for r in map(json.loads, Path(path).read_text().splitlines())}
+            for path in (args.small, args.large)]  # fmt: skip
+    small, large = rows
+    both = sorted(set(small) & set(large))
+    split = {name: [(small[i], large[i]) for i in both if small[i]["split"] == name]
+             for name in ("dev", "test")}  # fmt: skip
+    routed = choose(split["dev"], args.max_large, cascade=False)
+    cascading = choose(split["dev"], args.max_large, cascade=True)
+    never = {"compares": False, "cascade": False}
+    policies = {
+        "always small": {**never, "small_support": cascading["small_support"]},
+        "always large": {**never, "always_large": True, "small_support": 0.0},
+        "routed": routed,
+        "routed + cascade": cascading,
+    }
+    print(f"dev {len(split['dev'])} questions, test {len(split['test'])}; chosen on dev with the "
+          f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
+    for label in ("routed", "routed + cascade"):
+        print(f"  {label}: {policies[label]}")
+    for name in ("dev", "test"):
+        print(f"\n{name} | en | fr | mean | large share | cascade share | generator s p50 | mean")
+        for label, policy in policies.items():
+            m = evaluate(split[name], policy)
+            print(
+                f"{label} | {m['accuracy'].get('en', 0):.3f} | {m['accuracy'].get('fr', 0):.3f}"
+                f" | {m['mean_accuracy']:.3f} | {m['large_share']:.2f} | "
+                f"{m['cascade_share']:.2f} | {m['seconds_p50']:.2f} | {m['seconds_mean']:.2f}"
+            )
+    support = cascading["small_support"]
+    cascaded = [(s, lg) for s, lg in split["test"]
+                if policy_outcome(s, lg, cascading)[2] == "cascade"]  # fmt: skip
+    recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
+    lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
+    print(
+        f"\ntest: {len(cascaded)} cascades; the large model right where the small one was "
+        f"not: {recovered}; the reverse: {lost}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("collect")
+    run.add_argument("--model", required=True)
+    run.add_argument("--out", required=True)
+    run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
+    run.add_argument("--languages", default="en,fr")
+    run.add_argument("--concurrency", type=int, default=4)
+    run.add_argument("--dev-every", type=int, default=2,
+                     help="take every n-th development question (0: all)")  # fmt: skip
+    read = commands.add_parser("report")
+    read.add_argument("small")
+    read.add_argument("large")
+    read.add_argument(
+        "--max-large",
+        type=float,
+        default=0.5,
+        help="the most of the generated questions the large model may answer",
+    )
+    args = parser.parse_args()
+    if args.command == "collect":
+        asyncio.run(collect(args))
+    else:
+        report(args)
+
+
+if __name__ == "__main__":
+    main()

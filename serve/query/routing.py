@@ -1,0 +1,149 @@
+"""Which generator answers (issue 39): with several (``generator.models``), the name
+``grounded`` routes each question to the small model unless what the pipeline already knows
+before generating says it is hard, and a cascade asks the large model when the small one's
+answer fails its check.
+
+The router reads signals the pipeline has once the judge has ranked the passages
+(``RouteSignals``): the judge's best score and its lead over the second, how many passages
+passed the gate, whether the question compares or aggregates (``COMPARES``, one cue table per
+language), its length, and whether it follows earlier turns. Each signal has its threshold in
+``RouteConfig``; an unset one never sends a question to the large model. The thresholds of
+configs/cpu.yaml were chosen on the development halves of the human-written sets and reported
+on their held-out halves (benchmarks/routing.py; benchmarks/results/routing.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from index.types import SearchHit
+from serve.query.language import detect_language, either
+
+MODEL_ID = "grounded"  # the API's name for the answering model: routes when there are several
+
+
+class RouteConfig(BaseModel):
+    """How ``grounded`` chooses between ``generator.models``: the small model answers unless a
+    signal below says the question is hard; with ``cascade``, an answer of the small model that
+    fails its check (or is not grounded) is asked of the large model before "not found"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    small: str | None = Field(None, description="Default: the first of generator.models.")
+    large: str | None = Field(None, description="Default: the last of generator.models.")
+    cascade: bool = True
+    min_top_score: float | None = Field(
+        None, description="The large model answers when the judge's best score is below this."
+    )
+    min_margin: float | None = Field(
+        None,
+        description="... or when the best score leads the second best by less than this "
+        "(passages compete).",
+    )
+    max_passages: int | None = Field(
+        None, ge=1, description="... or when more passages than this pass the judge's gate."
+    )
+    compares: bool = Field(
+        True, description="... or when the question compares or aggregates (COMPARES' cues)."
+    )
+    max_words: int | None = Field(
+        None, ge=1, description="... or when the question is longer than this many words."
+    )
+    follow_ups: bool = Field(False, description="... or when the conversation has earlier turns.")
+
+
+# fmt: off
+# Cues of a question that compares, counts across or gathers several facts: one tuple per
+# language, whole words (any case); a question in another language is read with all of them.
+COMPARES = {
+    "en": ("compare", "compared", "comparison", "difference", "differences", "differ", "versus",
+           "vs", "both", "either", "neither", "between", "than", "in total", "altogether",
+           "all the", "list", "which of", "how many times", "sum", "combined", "respectively",
+           "whereas", "same as", "as much as"),
+    "fr": ("comparer", "comparé", "comparée", "comparaison", "différence", "différences",
+           "diffère", "versus", "les deux", "l'un ou l'autre", "ni l'un", "entre", "que le",
+           "que la", "que les", "plus que", "moins que", "au total", "en tout", "tous les",
+           "toutes les", "liste", "lequel", "laquelle", "lesquels", "combien de fois", "somme",
+           "respectivement", "alors que", "autant que"),
+}
+# fmt: on
+_COMPARES = {
+    language: re.compile(rf"(?<!\w)(?:{either(cues)})(?!\w)", re.IGNORECASE)
+    for language, cues in COMPARES.items()
+}
+
+
+def compares(question: str, language: str | None = None) -> bool:
+    """Whether ``question`` compares or aggregates (its language's cues; all where it has
+    none)."""
+    language = language or detect_language(question)
+    patterns = [_COMPARES[language]] if language in _COMPARES else _COMPARES.values()
+    return any(pattern.search(question) for pattern in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSignals:
+    """What the pipeline knows of a question before generating."""
+
+    top_score: float | None  # the judge's best score (None: not judged)
+    margin: float | None  # best minus second best (None: fewer than two judged)
+    passages: int  # passages that passed the gate
+    compares: bool
+    words: int
+    turns: int  # earlier turns of the conversation
+
+    @classmethod
+    def of(cls, question: str, scores: Sequence[float | None], turns: int = 0) -> RouteSignals:
+        """From the question and the judge's scores of the passages that passed the gate."""
+        judged = sorted((s for s in scores if s is not None), reverse=True)
+        return cls(
+            top_score=judged[0] if judged else None,
+            margin=judged[0] - judged[1] if len(judged) > 1 else None,
+            passages=len(scores),
+            compares=compares(question),
+            words=len(question.split()),
+            turns=turns,
+        )
+
+    @classmethod
+    def of_hits(cls, question: str, hits: Sequence[SearchHit], turns: int = 0) -> RouteSignals:
+        return cls.of(question, [hit.rerank_score for hit in hits], turns)
+
+
+def hard_because(signals: RouteSignals, route: RouteConfig) -> str | None:
+    """Why the large model should answer (a short reason, as shown in ``grounded.route``), or
+    None: the small one."""
+    top, margin = signals.top_score, signals.margin
+    if route.min_top_score is not None and top is not None and top < route.min_top_score:
+        return "low_score"
+    if route.min_margin is not None and margin is not None and margin < route.min_margin:
+        return "close_scores"
+    if route.max_passages is not None and signals.passages > route.max_passages:
+        return "many_passages"
+    if route.compares and signals.compares:
+        return "compares"
+    if route.max_words is not None and signals.words > route.max_words:
+        return "long_question"
+    if route.follow_ups and signals.turns:
+        return "follow_up"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which model answered a question, and how it was chosen: ``asked`` (the request named
+    it), ``routed`` (the router chose; ``reason`` why the large one), ``cascaded`` (the small
+    model's answer failed its check, and ``first`` was asked before)."""
+
+    model: str
+    decision: str = "asked"
+    reason: str | None = None
+    first: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"model": self.model, "decision": self.decision, "reason": self.reason,
+                "first": self.first}  # fmt: skip
