@@ -45,14 +45,21 @@ async def collect(args: argparse.Namespace) -> None:
     from serve.models import resolve_model
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
+    from serve.query.routing import RouteConfig
 
     config = load_config(Path(args.config), data_dir=CACHE / "data")
-    folder = resolve_model(args.model, config.data_dir)
-    generator = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
-    # Every answer's check P(yes) recorded: thresholds are applied when reporting.
+    engines = {}
+    for name, model in (("small", args.model), ("large", args.checker)):
+        if model:
+            folder = resolve_model(model, config.data_dir)
+            settings = config.generator.model_copy(update={"model": folder})
+            engines[name] = VllmGenerator(settings).start()
+    # Every answer's check P(yes) recorded: thresholds are applied when reporting. With
+    # --checker, the large model checks the small one's answers (route.large_checks).
     query = config.query.model_copy(update={"min_answer_support": 0.0})
     service = IndexService(config.index, config.data_dir).start()
-    pipeline = QueryPipeline(LocalSearcher(service), generator, query)
+    route = RouteConfig(large_checks=bool(args.checker))
+    pipeline = QueryPipeline(LocalSearcher(service), engines, query, route=route)
     out = Path(args.out)
     done = set()
     if out.exists():
@@ -70,10 +77,11 @@ async def collect(args: argparse.Namespace) -> None:
     async def one(language, q):
         async with slots:
             started = time.perf_counter()
-            answer = await pipeline.answer(TENANTS[language], q.question)
+            answer = await pipeline.answer(TENANTS[language], q.question, model="small")
             row = {
                 "id": q.id, "language": language, "split": q.split,
                 "answerable": q.answerable, "question": q.question, "model": args.model,
+                "checker": args.checker or args.model,
                 "scores": [s.hit.rerank_score for s in answer.sources],
                 "abstained": answer.abstained,
                 "matched": bool(q.answer_contains) and not answer.abstained
@@ -89,7 +97,8 @@ async def collect(args: argparse.Namespace) -> None:
     try:
         await asyncio.gather(*(one(language, q) for language, q in todo))
     finally:
-        generator.shutdown()
+        for engine in engines.values():
+            engine.shutdown()
 
 
 # --- what always-small, always-large, routed and routed + cascade answer ----------------
@@ -160,12 +169,14 @@ def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
     }
 
 
-def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool) -> dict:
+def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool, supports=None) -> dict:
     """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
-    ``max_large`` of the generated questions (ties: less of the large model, then less time)."""
+    ``max_large`` of the generated questions (ties: less of the large model, then less time);
+    ``supports``: the small answers' check thresholds to try (default: GRID's)."""
+    grid = {**GRID, "small_support": supports or GRID["small_support"]}
     best, best_key = None, None
-    for values in itertools.product(*GRID.values()):
-        policy = {**dict(zip(GRID, values, strict=True)), "cascade": cascade}
+    for values in itertools.product(*grid.values()):
+        policy = {**dict(zip(grid, values, strict=True)), "cascade": cascade}
         measured = evaluate(pairs, policy)
         if measured["large_share"] > max_large:
             continue
@@ -176,44 +187,61 @@ def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool) -> d
     return best
 
 
+def read_runs(*paths: str) -> list[dict[str, dict]]:
+    return [{r["id"]: r for r in map(json.loads, Path(path).read_text().splitlines())}
+            for path in paths]  # fmt: skip
+
+
 def report(args: argparse.Namespace) -> None:
-    rows = [{r["id"]: r for r in map(json.loads, Path(path).read_text().splitlines())}
-            for path in (args.small, args.large)]  # fmt: skip
-    small, large = rows
-    both = sorted(set(small) & set(large))
-    split = {name: [(small[i], large[i]) for i in both if small[i]["split"] == name]
-             for name in ("dev", "test")}  # fmt: skip
-    routed = choose(split["dev"], args.max_large, cascade=False)
-    cascading = choose(split["dev"], args.max_large, cascade=True)
+    small, large = read_runs(args.small, args.large)
+    checked = read_runs(args.large_checks)[0] if args.large_checks else None
+    both = sorted(set(small) & set(large) & (set(checked) if checked else set(small)))
+
+    def pairs(smalls: dict, name: str) -> list[tuple[dict, dict]]:
+        return [(smalls[i], large[i]) for i in both if small[i]["split"] == name]
+
+    # (the small model's rows, the policy): its own check, or the large model's
+    dev = pairs(small, "dev")
+    routed = choose(dev, args.max_large, cascade=False)
+    cascading = choose(dev, args.max_large, cascade=True)
     never = {"compares": False, "cascade": False}
     policies = {
-        "always small": {**never, "small_support": cascading["small_support"]},
-        "always large": {**never, "always_large": True, "small_support": 0.0},
-        "routed": routed,
-        "routed + cascade": cascading,
+        "always small": (small, {**never, "small_support": cascading["small_support"]}),
+        "always large": (small, {**never, "always_large": True, "small_support": 0.0}),
+        "routed": (small, routed),
+        "routed + cascade": (small, cascading),
     }
-    print(f"dev {len(split['dev'])} questions, test {len(split['test'])}; chosen on dev with the "
+    if checked:  # the large model checks the small one's answers, at its own threshold
+        policies["routed + cascade, large checks"] = (
+            checked,
+            choose(pairs(checked, "dev"), args.max_large, cascade=True, supports=(LARGE_SUPPORT,)),
+        )
+        policies["small + cascade, large checks"] = (checked, {
+            **never, "cascade": True, "small_support": LARGE_SUPPORT})  # fmt: skip
+    print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
-    for label in ("routed", "routed + cascade"):
-        print(f"  {label}: {policies[label]}")
+    for label, (_, policy) in policies.items():
+        if label.startswith("routed"):
+            print(f"  {label}: {policy}")
     for name in ("dev", "test"):
         print(f"\n{name} | en | fr | mean | large share | cascade share | generator s p50 | mean")
-        for label, policy in policies.items():
-            m = evaluate(split[name], policy)
+        for label, (smalls, policy) in policies.items():
+            m = evaluate(pairs(smalls, name), policy)
             print(
                 f"{label} | {m['accuracy'].get('en', 0):.3f} | {m['accuracy'].get('fr', 0):.3f}"
                 f" | {m['mean_accuracy']:.3f} | {m['large_share']:.2f} | "
                 f"{m['cascade_share']:.2f} | {m['seconds_p50']:.2f} | {m['seconds_mean']:.2f}"
             )
-    support = cascading["small_support"]
-    cascaded = [(s, lg) for s, lg in split["test"]
-                if policy_outcome(s, lg, cascading)[2] == "cascade"]  # fmt: skip
-    recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
-    lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
-    print(
-        f"\ntest: {len(cascaded)} cascades; the large model right where the small one was "
-        f"not: {recovered}; the reverse: {lost}"
-    )
+    for label, (smalls, policy) in policies.items():
+        if not policy.get("cascade"):
+            continue
+        support = policy["small_support"]
+        cascaded = [(s, lg) for s, lg in pairs(smalls, "test")
+                    if policy_outcome(s, lg, policy)[2] == "cascade"]  # fmt: skip
+        recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
+        lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
+        print(f"test, {label}: {len(cascaded)} cascades; the large model right where the small "
+              f"one was not: {recovered}; the reverse: {lost}")  # fmt: skip
 
 
 def main() -> None:
@@ -221,6 +249,7 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("collect")
     run.add_argument("--model", required=True)
+    run.add_argument("--checker", help="the large model, to check the model's answers")
     run.add_argument("--out", required=True)
     run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     run.add_argument("--languages", default="en,fr")
@@ -230,6 +259,7 @@ def main() -> None:
     read = commands.add_parser("report")
     read.add_argument("small")
     read.add_argument("large")
+    read.add_argument("--large-checks", help="the small model's run with --checker (the large)")
     read.add_argument(
         "--max-large",
         type=float,

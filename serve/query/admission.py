@@ -29,6 +29,11 @@ class Usage:
                      self.cached_tokens + other.cached_tokens,
                      self.completion_tokens + other.completion_tokens)  # fmt: skip
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens - other.prompt_tokens,
+                     self.cached_tokens - other.cached_tokens,
+                     self.completion_tokens - other.completion_tokens)  # fmt: skip
+
 
 # Starts a generation: (priority, attempt) -> its chunks. Admission may call it again (attempt
 # 1, 2, ...) when it preempted the generation before its first token.

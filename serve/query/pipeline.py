@@ -134,11 +134,19 @@ class QueryPipeline:
         self.config = config
         self.gate = EvidenceGate(config.min_dense_score, config.min_bm25_score)
         self.reranker = reranker or build_reranker(config.rerank, self.generator)
+        # Each model's answers are checked by itself, or, with route.large_checks, the small
+        # model's by the large one (at the large model's threshold).
         self.checks: dict[str, AnswerCheck] = {}
-        for name, model in self.generators.items():
-            threshold = (min_support or {}).get(name, config.min_answer_support)
+        self.checkers: dict[str, str] = {}
+        for name in self.generators:
+            checker = name
+            if self.route_config.large_checks and name == self.small and len(self.generators) > 1:
+                checker = self.large
+            threshold = (min_support or {}).get(checker, config.min_answer_support)
             if threshold is not None:
-                self.checks[name] = AnswerCheck(model, threshold, config.withhold_instructions)
+                self.checkers[name] = checker
+                self.checks[name] = AnswerCheck(self.generators[checker], threshold,
+                                                config.withhold_instructions)  # fmt: skip
         self.answer_check = self.checks.get(self.small)
 
     async def retrieve(
@@ -385,7 +393,7 @@ class QueryPipeline:
         generating = time.perf_counter()
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
-        usage = {route.model: attempt.grant.usage}
+        usage = self._usage({}, attempt)
         if self._cascades(route, attempt, live):
             cascading = time.perf_counter()
             first = route.model
@@ -396,7 +404,7 @@ class QueryPipeline:
             async for delta in self._generate(attempt, f"{request_id}-c" if request_id else "",
                                               admit, watch, timings, generating):  # fmt: skip
                 yield delta
-            usage[self.large] = attempt.grant.usage
+            usage = self._usage(usage, attempt)
             timings["cascade"] = _since(cascading)
         if attempt.rest:
             if attempt.held and not attempt.shown:  # a held answer: its first text is now
@@ -421,6 +429,17 @@ class QueryPipeline:
             route=route,
             model_usage=usage,
         )
+
+    def _usage(self, usage: dict[str, Usage], attempt: _Attempt) -> dict[str, Usage]:
+        """``usage`` by model with ``attempt``'s added: its answer's, and its check's to the
+        model that checked it."""
+        usage = dict(usage)
+        checker = self.checkers.get(attempt.model, attempt.model)
+        for model, used in ((attempt.model, attempt.grant.usage - attempt.check_usage),
+                            (checker, attempt.check_usage)):  # fmt: skip
+            if used != Usage() or model == attempt.model:
+                usage[model] = usage.get(model, Usage()) + used
+        return usage
 
     def _reader(
         self, prepared: PreparedPrompt, model: str, question: str
@@ -507,9 +526,8 @@ class QueryPipeline:
                 check_prompt = check.prompt(prepared.query, *pending)
                 attempt.support = await check.support(check_prompt, prepared.cache_salt)
                 timings["check"] = timings.get("check", 0.0) + _since(checking)
-                used = grant.usage  # the check is billed with the answer: its prompt and token
-                grant.usage = Usage(used.prompt_tokens + len(check_prompt), used.cached_tokens,
-                                    used.completion_tokens + 1)  # fmt: skip
+                attempt.check_usage = Usage(len(check_prompt), 0, 1)
+                grant.usage += attempt.check_usage  # reserved and settled with the answer
                 if attempt.support < check.min_support:
                     reader.withhold()
         attempt.rest = visible(reader.flush(attempt.last.finish_reason if attempt.last else None))
@@ -544,6 +562,7 @@ class _Attempt:
     last: GenerationChunk | None = None
     grant: Grant = field(default_factory=Grant)
     support: float | None = None  # the answer check's P(yes)
+    check_usage: Usage = field(default_factory=Usage)  # the check's (in grant.usage too)
     rest: str = ""  # what is shown once the answer is read whole
 
     @property

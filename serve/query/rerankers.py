@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -34,9 +35,12 @@ class CrossEncoderReranker:
             )
         self.model_path, self.device, self.batch_size = model, device, batch_size
         self._model = None
+        self._starting = threading.Lock()  # the first questions may arrive at once
 
     def start(self) -> CrossEncoderReranker:
-        if self._model is None:
+        with self._starting:
+            if self._model is not None:
+                return self
             import torch
             from sentence_transformers import CrossEncoder
 
@@ -50,9 +54,10 @@ class CrossEncoderReranker:
                     "query.rerank.device: auto",
                     param="query.rerank.device",
                 )
-            self._model = CrossEncoder(self.model_path, device=device)
+            model = CrossEncoder(self.model_path, device=device)
             if device == "cuda":
-                self._model.model.half()
+                model.model.half()
+            self._model = model
         return self
 
     def _predict(self, query: str, passages: Sequence[str]) -> list[float]:
@@ -92,9 +97,12 @@ class OnnxCrossEncoderReranker:
         self.batch_size, self.max_tokens, self.window = batch_size, max_tokens, window
         self._session = None
         self._tokenizer = None
+        self._starting = threading.Lock()  # the first questions may arrive at once
 
     def start(self) -> OnnxCrossEncoderReranker:
-        if self._session is None:
+        with self._starting:
+            if self._session is not None:
+                return self
             import onnxruntime
             from tokenizers import Tokenizer
 
@@ -104,23 +112,23 @@ class OnnxCrossEncoderReranker:
                 providers.insert(0, "CUDAExecutionProvider")
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3  # INT8 graphs warn about unused initialisers
-            self._session = onnxruntime.InferenceSession(
+            session = onnxruntime.InferenceSession(
                 str(self.folder / "model.onnx"), options, providers=providers
             )
-            self._check_device(available)
-            self._inputs = {i.name for i in self._session.get_inputs()}
+            self._check_device(session, available)
+            self._inputs = {i.name for i in session.get_inputs()}
             tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
             tokenizer.no_padding()  # the shipped tokenizer.json pads every pair to 512
             tokenizer.no_truncation()
             self._plain = Tokenizer.from_str(tokenizer.to_str())  # for windows: whole texts
             tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
-            self._tokenizer = tokenizer
+            self._tokenizer, self._session = tokenizer, session
         return self
 
-    def _check_device(self, available: list[str]) -> None:
+    def _check_device(self, session, available: list[str]) -> None:
         """``device: cuda`` without CUDA is refused; ``auto`` falling back to the CPU says so
         (onnxruntime's own warning is silenced above with the rest of its log)."""
-        used = self._session.get_providers()
+        used = session.get_providers()
         if "CUDAExecutionProvider" in used:
             return
         if self.device == "cuda":

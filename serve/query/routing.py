@@ -36,6 +36,12 @@ class RouteConfig(BaseModel):
     small: str | None = Field(None, description="Default: the first of generator.models.")
     large: str | None = Field(None, description="Default: the last of generator.models.")
     cascade: bool = True
+    large_checks: bool = Field(
+        False,
+        description="The large model checks the small model's answers (the answer check, at "
+        "the large model's threshold): a stronger judge of the cheap answer, for one prompt "
+        "and one token.",
+    )
     min_top_score: float | None = Field(
         None, description="The large model answers when the judge's best score is below this."
     )

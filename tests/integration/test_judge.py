@@ -35,6 +35,38 @@ def test_the_judge_scores_the_answering_passage_far_above_the_others(judge):
     assert answer > 5 and all(score < -5 for score in others), (answer, others)
 
 
+def test_questions_arriving_together_at_a_fresh_judge_all_get_scores(judge, monkeypatch):
+    """The first questions start the judge at once (in threads): each waits for it whole.
+    Before the start was locked, one saw a session without its tokenizer (AttributeError);
+    a slow tokenizer load here widens that window to be sure."""
+    import time
+
+    import tokenizers
+
+    real = tokenizers.Tokenizer
+
+    class SlowTokenizer:
+        from_str = staticmethod(real.from_str)
+
+        @staticmethod
+        def from_file(path):
+            time.sleep(0.5)
+            return real.from_file(path)
+
+    monkeypatch.setattr(tokenizers, "Tokenizer", SlowTokenizer)
+    fresh = OnnxCrossEncoderReranker(str(judge.folder), device="cpu")
+
+    async def arriving(i: int):
+        await asyncio.sleep(0.15 * i)  # the later ones arrive while the first is starting it
+        return await fresh.scores(QUESTION, [ANSWER])
+
+    async def together():
+        return await asyncio.gather(*(arriving(i) for i in range(6)))
+
+    scores = asyncio.run(together())
+    assert len({round(s[0], 4) for s in scores}) == 1 and scores[0][0] > 5
+
+
 def test_scores_do_not_depend_on_batching_or_padding(judge):
     long = ANSWER + " " + " ".join(["Leave is planned with the manager."] * 40)
     together = asyncio.run(judge.scores(QUESTION, [ANSWER, long, *OTHERS]))
