@@ -64,13 +64,14 @@ def config_path(cpu: bool) -> Path:
 
 def generator_settings(cpu: bool, data_dir: Path, scratch: Path):
     """The config's generator (engine options as the appliance passes them), on its own
-    model when installed, else on the tiny local model."""
+    model when installed, else on the tiny local model. One engine: gpu.yaml's
+    ``generator.models`` (two routed engines) are not started here."""
     from serve.config import load_config
     from serve.models import resolve_model
     from serve.resources import engine_kwargs
 
     config = load_config(config_path(cpu), data_dir=data_dir)
-    update: dict[str, Any] = {"engine_kwargs": engine_kwargs(config)}
+    update: dict[str, Any] = {"engine_kwargs": engine_kwargs(config), "models": {}}
     try:
         update["model"] = resolve_model(config.generator.model, data_dir)
         which = config.generator.model

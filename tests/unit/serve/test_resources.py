@@ -8,7 +8,13 @@ from typer.testing import CliRunner
 from index.errors import ConfigError
 from serve.cli import app
 from serve.config import load_config
-from serve.resources import deployment_options, engine_kwargs, gpu_packing
+from serve.resources import (
+    deployment_options,
+    engine_kwargs,
+    generator_deployments,
+    gpu_demand,
+    gpu_packing,
+)
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
@@ -16,11 +22,14 @@ pytestmark = pytest.mark.unit
 GPU_YAML = REPO / "configs" / "gpu.yaml"
 
 
-def gpu_config(**sections):
-    """configs/gpu.yaml with ``sections`` merged over it (one level deep per section)."""
+def gpu_config(models: bool = False, **sections):
+    """configs/gpu.yaml with ``sections`` merged over it (one level deep per section); its
+    one generator unless ``models`` (then its two, generator.models)."""
     import yaml
 
     data = yaml.safe_load(GPU_YAML.read_text())
+    if not models:
+        del data["generator"]["models"], data["generator"]["route"]
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
     return load_config(None, **data)
@@ -36,8 +45,11 @@ def deployments(**changes):
 
 def test_the_gpu_config_asks_ray_for_every_gpu_it_uses_and_fits_one_gpu():
     config = load_config(GPU_YAML)
-    for name in ("embedder", "shards", "generator", "reranker"):
+    for name in ("embedder", "shards", "reranker"):
         assert deployment_options(config, name)["ray_actor_options"]["num_gpus"] > 0, name
+    for model, (name, _, _) in generator_deployments(config).items():
+        options = deployment_options(config, name, model=model)
+        assert options["ray_actor_options"]["num_gpus"] > 0, name
     assert gpu_packing(config, 1) is None
 
 
@@ -97,15 +109,33 @@ def test_check_config_checks_the_packing_for_a_given_gpu_count(tmp_path):
     fits = runner.invoke(app, ["check-config", str(GPU_YAML), "--gpus", "1"])
     assert fits.exit_code == 0, fits.output
     crowded = tmp_path / "crowded.yaml"
-    crowded.write_text(
-        GPU_YAML.read_text().replace(
-            "generator: {num_replicas: 1, num_cpus: 4, num_gpus: 0.7",
-            "generator: {num_replicas: 3, num_cpus: 4, num_gpus: 0.7",
-        )
-    )
-    refused = runner.invoke(app, ["check-config", str(crowded), "--gpus", "2"])
+    shipped = "deployment: {num_replicas: 1, num_cpus: 4, num_gpus: 0.4"
+    assert shipped in GPU_YAML.read_text()  # the large model's
+    crowded.write_text(GPU_YAML.read_text().replace(shipped, shipped.replace("1,", "3,")))
+    refused = runner.invoke(app, ["check-config", str(crowded), "--gpus", "1"])
     assert refused.exit_code != 0
-    assert "need 3 GPUs" in refused.output
+    assert "need 2 GPUs" in refused.output and "generator-large 0.4" in refused.output
+
+
+def test_the_two_generators_of_gpu_yaml_are_deployments_with_their_own_gpu_shares():
+    config = gpu_config(models=True)
+    small = deployment_options(config, "generator-small", model="small")
+    large = deployment_options(config, "generator-large", model="large")
+    assert small["ray_actor_options"]["num_gpus"] == 0.3
+    assert large["ray_actor_options"]["num_gpus"] == 0.4
+    assert "generator" not in {name for name, _ in gpu_demand(config)}  # not deployed
+    assert gpu_packing(config, 1) is None
+
+
+def test_each_generators_memory_must_fit_its_own_share():
+    import yaml
+
+    models = yaml.safe_load(GPU_YAML.read_text())["generator"]["models"]
+    models["large"]["engine_kwargs"]["gpu_memory_utilization"] = 0.6
+    with pytest.raises(ConfigError, match=r"generator\.models\.large\.engine_kwargs\."
+                       r"gpu_memory_utilization 0\.6 .*generator\.models\.large\.deployment"
+                       r"\.num_gpus 0\.4"):  # fmt: skip
+        gpu_config(models=True, generator={"models": models})
 
 
 def test_an_extra_embedder_on_cuda_also_needs_the_embedders_gpu_request():
