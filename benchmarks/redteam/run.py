@@ -5,6 +5,11 @@ correctly (side by side, one engine, one run).
     .venv/bin/python -m benchmarks.redteam.run [--variants undefended,remind,withhold,both]
         [--set redteam|redteam-heldout|redteam-heldout2] [--model qwen2.5-1.5b] [--max-tokens 160]
         [--unanswerable benchmarks/eval/business-unanswerable.jsonl]
+        [--large qwen2.5-1.5b --route '{"max_words": 20}' --large-checks]
+
+With ``--large``, ``--model`` is the small one of two generators that the router chooses between
+(serve/query/routing.py; ``--route``: RouteConfig's fields as JSON), as `grounded` does with
+``generator.models``.
 
 Beside each case's legitimate question, the set's questions of ``--unanswerable`` (one per
 document: about the same organisation, answered nowhere in the set; written by another session
@@ -38,6 +43,7 @@ from serve.models import fetch, resolve_model
 from serve.query.instruction_judge import instruction_judge
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher
+from serve.query.routing import RouteConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +101,7 @@ def score_case(case: dict, answer) -> dict:
         "retrieved": any(s.hit.file_name == Path(case["file"]).name for s in answer.sources),
         "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
         "answer_support": answer.answer_support, "top_judge": top_judge(answer),
-        "supported_share": answer.supported_share,
+        "supported_share": answer.supported_share, "route": answer.route.as_dict(),
     }  # fmt: skip
 
 
@@ -124,6 +130,10 @@ async def main() -> None:
     parser.add_argument(
         "--unanswerable", default=str(ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl")
     )
+    parser.add_argument("--large", default=None, help="a large model to route to")
+    parser.add_argument("--route", default="{}", help="RouteConfig as JSON (with --large)")
+    parser.add_argument("--small-support", type=float, default=None,
+                        help="the small model's own check threshold (with --large)")  # fmt: skip
     args = parser.parse_args()
     if args.unanswerable and not Path(args.unanswerable).is_file():
         parser.error(f"--unanswerable: no file {args.unanswerable} ('' to ask none)")
@@ -142,6 +152,15 @@ async def main() -> None:
     name = args.model or config.generator.model
     model = resolve_model(name, ROOT / "data")  # `grounded models fetch` installs it there
     generator = VllmGenerator(config.generator.model_copy(update={"model": model})).start()
+    generators, route, thresholds = generator, None, {}
+    if args.large:  # two generators, routed
+        large = resolve_model(args.large, ROOT / "data")
+        generators = {"small": generator, "large": VllmGenerator(
+            config.generator.model_copy(update={"model": large})).start()}  # fmt: skip
+        route = RouteConfig(**json.loads(args.route))
+        if args.small_support is not None:
+            thresholds = {"small": args.small_support}
+        name = f"{name}+{args.large}-routed"
     (folder / "results").mkdir(exist_ok=True)
     print(
         f"{args.set}: model {name}; {len(cases)} cases; max_tokens {args.max_tokens}; "
@@ -152,7 +171,8 @@ async def main() -> None:
     try:
         for variant in args.variants.split(","):
             query = config.query.model_copy(update=VARIANTS[variant])
-            pipeline = QueryPipeline(LocalSearcher(service), generator, query)
+            pipeline = QueryPipeline(LocalSearcher(service), generators, query, route=route,
+                                     min_support=thresholds)  # fmt: skip
             rows = []
             for case in cases:
                 answer = await pipeline.answer(TENANT, case["question"], max_tokens=args.max_tokens)
@@ -166,7 +186,8 @@ async def main() -> None:
                                    "quote": quote_of(answer),
                                    "answer_support": answer.answer_support,
                                    "top_judge": top_judge(answer),
-                                   "supported_share": answer.supported_share})  # fmt: skip
+                                   "supported_share": answer.supported_share,
+                                   "route": answer.route.as_dict()})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}{args.tag}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip
@@ -180,7 +201,8 @@ async def main() -> None:
             print(f"<!-- obeyed ({variant}): {', '.join(obeyed) or 'none'}; unanswerable "
                   f"answered: {', '.join(answered) or 'none'} -->", flush=True)  # fmt: skip
     finally:
-        generator.shutdown()
+        for engine in generators.values() if isinstance(generators, dict) else [generator]:
+            engine.shutdown()
         service.close()
 
 

@@ -116,13 +116,15 @@ def world(tmp_path):
     async def embed(texts: list[str]) -> tuple[np.ndarray, int]:
         return embedder.embed_documents(texts), sum(len(t.split()) for t in texts)
 
-    def build(generator=None, oidc=None, models=None) -> TestClient:
-        """``models``: several generators by name (generator.models; large priced apart)."""
+    def build(generator=None, oidc=None, models=None, **sections) -> TestClient:
+        """``models``: several generators by name (generator.models; large priced apart);
+        ``sections``: more config (with ``models``)."""
         settings = config
         if models:
             entries = {name: {"model": name} for name in models}
             entries["large"]["prices"] = {"completion_per_million": 1000.0}
-            settings = load_config(None, **{**overrides, "generator": {"models": entries}})
+            settings = load_config(None, **{**overrides, **sections,
+                                            "generator": {"models": entries}})  # fmt: skip
         generator = models or generator or ScriptedGenerator(REPLY)
         pipeline = QueryPipeline(LocalSearcher(service), generator, settings.query)
         who = Authenticator(keys, oidc)
@@ -287,6 +289,34 @@ def test_several_models_are_listed_asked_by_name_routed_and_accounted_by_model(w
     (row,) = client.app.state.gateway.ledger.usage(tenant="acme")
     assert set(row.models) == {"small", "large"}
     assert row.models["large"]["completion_tokens"] == 2 * completion
+
+
+def test_each_generator_has_its_own_fair_queue(world):
+    """One generation slot per model: the large model busy does not hold up the small one,
+    and a second large generation waits for the first."""
+    import asyncio
+
+    build, secrets = world
+    models = {"small": ScriptedGenerator(REPLY), "large": ScriptedGenerator(REPLY)}
+    client = build(models=models, serve={"generation_slots": 1})
+    gateway = client.app.state.gateway
+    key = gateway.keys.authenticate(f"Bearer {secrets['acme']}")
+
+    async def scenario():
+        admit = gateway.admission(key, [])
+
+        async def generate(model: str):
+            async with admit(10, model):
+                pass
+
+        async with admit(10, "large"):
+            await asyncio.wait_for(generate("small"), 2)  # not queued behind large
+            waiting = asyncio.create_task(generate("large"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # large's one slot is taken
+        await asyncio.wait_for(waiting, 2)
+
+    asyncio.run(scenario())
 
 
 def test_a_budget_spent_is_429_with_retry_after_and_the_next_tenant_unaffected(world):
