@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from index.errors import GroundedError
 from index.types import SearchHit
 from serve.query.admission import (
     Admission,
@@ -396,15 +397,23 @@ class QueryPipeline:
         usage = self._usage({}, attempt)
         if self._cascades(route, attempt, live):
             cascading = time.perf_counter()
-            first = route.model
-            route = Route(self.large, "cascaded", route.reason, first=first)
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
-            attempt = _Attempt(self.large, prepared, self._reader(prepared, self.large, question))
-            async for delta in self._generate(attempt, f"{request_id}-c" if request_id else "",
-                                              admit, watch, timings, generating):  # fmt: skip
-                yield delta
-            usage = self._usage(usage, attempt)
+            large = _Attempt(self.large, prepared, self._reader(prepared, self.large, question))
+            try:
+                async for delta in self._generate(large, f"{request_id}-c" if request_id else "",
+                                                  admit, watch, timings, generating):  # fmt: skip
+                    yield delta
+            except GroundedError as exc:
+                # Refused before it started (a budget spent by the first answer, a full
+                # queue): the small model's answer stands, as it would have without a cascade.
+                if exc.status != 429 or large.last is not None:
+                    raise
+                prepared = attempt.prepared
+            else:
+                route = Route(self.large, "cascaded", route.reason, first=route.model)
+                attempt = large
+                usage = self._usage(usage, attempt)
             timings["cascade"] = _since(cascading)
         if attempt.rest:
             if attempt.held and not attempt.shown:  # a held answer: its first text is now

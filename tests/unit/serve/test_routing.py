@@ -180,6 +180,30 @@ def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
         assert answer.abstained and answer.route.model == "small" and calls == []
 
 
+def test_a_cascade_refused_by_admission_leaves_the_small_answer_standing(service):
+    """The first answer spent the budget: the cascade's admission refuses (429) before the
+    large model starts, and the small model's "not found" is the answer, not an error."""
+    from contextlib import asynccontextmanager
+
+    from index.errors import RateLimitError
+    from serve.query.admission import Grant
+
+    admitted = []
+
+    @asynccontextmanager
+    async def admit(tokens, model):
+        if admitted:
+            raise RateLimitError("over budget", reason="tokens_per_minute")
+        admitted.append(model)
+        yield Grant(model=model)
+
+    small = ScriptedGenerator("I do not know; not found in the sources.")
+    large = ScriptedGenerator("27 days [1].")
+    _, answer = ask(pipeline_of(service, small, large), admit=admit)
+    assert answer.abstained and answer.route.model == "small" and large.calls == []
+    assert admitted == ["small"] and "cascade" in answer.timings
+
+
 def test_the_gate_abstains_before_any_model_is_asked(service):
     small, large = ScriptedGenerator("x"), ScriptedGenerator("y")
     pipeline = QueryPipeline(LocalSearcher(service), {"small": small, "large": large},
