@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-unit lint format demo bench gpu-setup gpu-check clean
+.PHONY: setup test test-unit lint format demo bench gpu-setup gpu-check gpu-probe-bundle gpu-probe clean
 
 setup: $(STAMP) $(TOOLS) $(JS)/node_modules/.installed
 
@@ -104,5 +104,14 @@ gpu-check: gpu-setup
 	$(GPU_VENV)/bin/grounded models fetch ms-marco-minilm-l12
 	$(GPU_VENV)/bin/python -m benchmarks.gpu_check --report benchmarks/gpu-check.md
 
+# An air-gapped GPU host with PyTorch and sentence-transformers but no package index: build the
+# probe's folder here (at most 60 MB), carry it over, run `python3 gpu-probe/gpu_probe.py` there.
+gpu-probe-bundle: $(STAMP)
+	$(BIN)/python -m benchmarks.gpu_probe --bundle build/gpu-probe
+
+# The same probe with this checkout's Python (a GPU host that has Grounded's environment).
+gpu-probe: gpu-probe-bundle
+	$(BIN)/python build/gpu-probe/gpu_probe.py --report benchmarks/gpu-probe.md
+
 clean:
-	rm -rf $(VENV) $(GPU_VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) data build .pytest_cache .ruff_cache

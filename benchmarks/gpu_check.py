@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.gpu_probe import markdown, run_child, write_atomically
+
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -294,31 +296,14 @@ def run_step(name: str, args: argparse.Namespace, left_s: float) -> dict[str, An
                "--data-dir", str(args.data_dir)]  # fmt: skip
     if args.cpu_dry_run:
         command.append("--cpu-dry-run")
-    limit = max(10.0, min(LIMITS_S[name], left_s))
-    began = time.perf_counter()
-    try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"over its {limit:.0f} s limit", "seconds": round(limit)}
-    seconds = round(time.perf_counter() - began, 1)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-15:]
-        return {"ok": False, "error": "\n".join(tail), "seconds": seconds}
-    return {"ok": True, "seconds": seconds, **json.loads(lines[-1])}
+    return run_child(command, max(10.0, min(LIMITS_S[name], left_s)), cwd=REPO)
 
 
 def report(results: dict[str, dict], args: argparse.Namespace, total_s: float) -> str:
     mode = "CPU dry run (mechanics only, no GPU figures)" if args.cpu_dry_run else "GPU"
-    lines = [f"# GPU check ({mode})", "",
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
-             f"{total_s:.0f} s in all (limit {BUDGET_S} s).", "",
-             "| step | ok | seconds |", "|---|---|---|"]  # fmt: skip
-    lines += [f"| {name} | {'yes' if r['ok'] else '**no**'} | {r['seconds']} |"
-              for name, r in results.items()]  # fmt: skip
-    for name, result in results.items():
-        lines += ["", f"## {name}", "", "```json", json.dumps(result, indent=2, default=str), "```"]
-    return "\n".join(lines) + "\n"
+    intro = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
+             f"{total_s:.0f} s in all (limit {BUDGET_S} s).")  # fmt: skip
+    return markdown(f"GPU check ({mode})", intro, results)
 
 
 def main() -> int:
@@ -343,7 +328,7 @@ def main() -> int:
         print(f"{name}: {'ok' if results[name]['ok'] else 'FAILED'} "
               f"({results[name]['seconds']} s)", flush=True)  # fmt: skip
         # After every step: a run killed before its end still leaves what it found.
-        args.report.write_text(report(results, args, time.perf_counter() - began))
+        write_atomically(args.report, report(results, args, time.perf_counter() - began))
     print(f"report: {args.report}")
     return 0 if all(r["ok"] for r in results.values()) else 1
 
