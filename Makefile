@@ -102,6 +102,7 @@ gpu-setup: $(GPU_VENV)/.installed
 
 gpu-check: gpu-setup
 	$(GPU_VENV)/bin/grounded models fetch ms-marco-minilm-l12
+	$(GPU_VENV)/bin/grounded models fetch hf:cross-encoder/ms-marco-MiniLM-L12-v2
 	$(GPU_VENV)/bin/python -m benchmarks.gpu_check --report benchmarks/gpu-check.md
 
 # An air-gapped GPU host with PyTorch and sentence-transformers but no package index: build the

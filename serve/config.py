@@ -318,14 +318,17 @@ def _resolve_embedders(config: AppConfig) -> AppConfig:
 
 
 def _resolve_judge(config: AppConfig) -> AppConfig:
-    """``query.rerank.model`` may name a fetched judge: it becomes its folder in the data
-    directory (whose absence the reranker reports with the fetch command)."""
+    """``query.rerank.model`` may name a fetched judge, or a cross-encoder fetched from a hub
+    (``hf:Org/Name``): it becomes its folder in the data directory (whose absence the
+    reranker reports with the fetch command)."""
+    from serve.hub import HubRef
     from serve.models import JUDGES, models_dir
 
     rerank = config.query.rerank
-    if rerank.model not in JUDGES:
+    ref = HubRef.parse(rerank.model or "", param="query.rerank.model")
+    if rerank.model not in JUDGES and ref is None:
         return config
-    folder = str(models_dir(config.data_dir) / rerank.model)
+    folder = str(models_dir(config.data_dir) / (ref.folder_name if ref else rerank.model))
     query = config.query.model_copy(update={"rerank": rerank.model_copy(update={"model": folder})})
     return config.model_copy(update={"query": query})
 

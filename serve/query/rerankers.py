@@ -110,6 +110,10 @@ class OnnxCrossEncoderReranker:
             providers = ["CPUExecutionProvider"]
             if self.device != "cpu" and "CUDAExecutionProvider" in available:
                 providers.insert(0, "CUDAExecutionProvider")
+                # onnxruntime-gpu finds CUDA and cuDNN in the nvidia-* packages (PyTorch's) only
+                # when preloaded (its documentation, "Install ONNX Runtime", CUDA); >= 1.21.
+                if hasattr(onnxruntime, "preload_dlls"):
+                    onnxruntime.preload_dlls()
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3  # INT8 graphs warn about unused initialisers
             session = onnxruntime.InferenceSession(
@@ -231,11 +235,13 @@ def cross_encoder(
         return OnnxCrossEncoderReranker(model, device, batch_size or 1, max_tokens, window)
     if (folder / "config.json").is_file():
         return CrossEncoderReranker(model, device, batch_size or 16)
+    org, hub, name = folder.name.partition("--")  # a hub folder: Org--Name
+    fetch = f"hf:{org}/{name}" if hub else "ms-marco-minilm-l12"
     raise ConfigError(
         f"query.rerank.model {model!r} is not a cross-encoder model folder (neither "
         "model.onnx with tokenizer.json nor a sentence-transformers config.json); "
-        "`grounded models fetch ms-marco-minilm-l12` installs the judge, then set "
-        "query.rerank.model: ms-marco-minilm-l12",
+        f"`grounded models fetch {fetch}` installs it"
+        + ("" if hub else ", then set query.rerank.model: ms-marco-minilm-l12"),
         param="query.rerank.model",
     )
 
