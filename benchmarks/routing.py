@@ -5,10 +5,16 @@ human-written question sets, and what a router and a cascade made of the two wou
     #    questions in flight), the answer check at threshold 0 so that its P(yes) is recorded:
     .venv/bin/python -m benchmarks.routing collect --model qwen2.5-0.5b --out small.jsonl
     .venv/bin/python -m benchmarks.routing collect --model qwen2.5-1.5b --out large.jsonl
+    #    ... and the small model again, its answers checked by the large one (large_checks):
+    .venv/bin/python -m benchmarks.routing collect --model qwen2.5-0.5b \
+        --checker qwen2.5-1.5b --out small-large-checks.jsonl
     # 2. always-small, always-large, routed and routed + cascade, side by side: the router's
     #    thresholds and the small model's check threshold chosen on the dev halves, reported
     #    on the test halves (serve/query/routing.py decides, as in the appliance):
-    .venv/bin/python -m benchmarks.routing report small.jsonl large.jsonl
+    .venv/bin/python -m benchmarks.routing report small.jsonl large.jsonl \
+        [--large-checks small-large-checks.jsonl]
+    # 3. generator seconds per answer, side by side in one process, one question at a time:
+    .venv/bin/python -m benchmarks.routing timing --route '{"max_words": 20}' [--questions 24]
 
 A question is answered right when an answerable one's answer contains an expected string, and
 an unanswerable one is answered "not found". The runs use the evaluation tenants that
@@ -99,6 +105,59 @@ async def collect(args: argparse.Namespace) -> None:
     finally:
         for engine in engines.values():
             engine.shutdown()
+
+
+async def timing(args: argparse.Namespace) -> None:
+    """Generator seconds per answer of always-small, always-large and routed, side by side in
+    one process: each sampled test question asked of each in turn, one at a time."""
+    from index.service import IndexService
+    from serve.config import load_config
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.pipeline import QueryPipeline
+    from serve.query.retrieval import LocalSearcher
+    from serve.query.routing import RouteConfig
+
+    config = load_config(Path(args.config), data_dir=CACHE / "data")
+    engines = {}
+    for name, model in (("small", args.model), ("large", args.large)):
+        folder = resolve_model(model, config.data_dir)
+        engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder}))
+        engines[name].start()
+    service = IndexService(config.index, config.data_dir).start()
+    route = RouteConfig(**json.loads(args.route))
+    support = {"small": args.small_support} if args.small_support is not None else {}
+    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query, route=route,
+                             min_support=support)  # fmt: skip
+    questions = [(language, q) for language in ("en", "fr")
+                 for q in load_questions(SETS[language]) if q.split == "test"]  # fmt: skip
+    step = max(1, len(questions) // args.questions)
+    sample = questions[::step][: args.questions]
+    seconds: dict[str, list[float]] = {"always small": [], "always large": [], "routed": []}
+    chosen = []
+    try:
+        for language, q in sample:
+            for label, model in (("always small", "small"), ("always large", "large"),
+                                 ("routed", None)):  # fmt: skip
+                answer = await pipeline.answer(TENANTS[language], q.question, model=model)
+                if answer.sources:  # generated (the gate's "not found" costs no generator)
+                    seconds[label].append(answer.timings.get("generate", 0.0))
+                if model is None:
+                    chosen.append(answer.route.decision + ":" + answer.route.model)
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+    print(
+        f"{len(sample)} test questions, one at a time; route {route.model_dump()}, "
+        f"small check {args.small_support}; routed: "
+        f"{ {c: chosen.count(c) for c in sorted(set(chosen))} }"
+    )
+    print("| | answers generated | generator s p50 | mean |\n|---|---|---|---|")
+    for label, values in seconds.items():
+        print(
+            f"| {label} | {len(values)} | {statistics.median(values):.2f} | "
+            f"{statistics.fmean(values):.2f} |"
+        )
 
 
 # --- what always-small, always-large, routed and routed + cascade answer ----------------
@@ -266,9 +325,18 @@ def main() -> None:
         default=0.5,
         help="the most of the generated questions the large model may answer",
     )
+    timed = commands.add_parser("timing")
+    timed.add_argument("--model", default="qwen2.5-0.5b")
+    timed.add_argument("--large", default="qwen2.5-1.5b")
+    timed.add_argument("--route", default="{}", help="RouteConfig as JSON")
+    timed.add_argument("--small-support", type=float, default=None)
+    timed.add_argument("--questions", type=int, default=24)
+    timed.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     args = parser.parse_args()
     if args.command == "collect":
         asyncio.run(collect(args))
+    elif args.command == "timing":
+        asyncio.run(timing(args))
     else:
         report(args)
 
