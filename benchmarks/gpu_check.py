@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu_probe import markdown, run_child, write_atomically
+from benchmarks.gpu_probe import markdown, nvidia_smi, run_child, write_atomically
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -95,13 +95,7 @@ def step_environment(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]
     import importlib.metadata
 
     found: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
-    try:
-        query = "driver_version,name,memory.total,compute_cap"
-        smi = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)  # fmt: skip
-        found["nvidia_smi"] = smi.stdout.strip().splitlines() or smi.stderr.strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        found["nvidia_smi"] = f"unavailable: {exc}"
+    found["nvidia_smi"] = nvidia_smi()
     versions = {}
     for name in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

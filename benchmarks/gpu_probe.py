@@ -72,14 +72,19 @@ def step_versions(folder: Path) -> dict[str, Any]:
          "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)}
         for i in range(torch.cuda.device_count())
     ]  # fmt: skip
+    found["nvidia_smi"] = nvidia_smi()
+    return found
+
+
+def nvidia_smi() -> list[str] | str:
+    """The driver's view of the GPUs (one CSV line each), or why it could not be asked."""
+    query = "driver_version,name,memory.total,compute_cap"
     try:
-        query = "driver_version,name,memory.total"
         smi = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)  # fmt: skip
-        found["nvidia_smi"] = smi.stdout.strip().splitlines() or smi.stderr.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        found["nvidia_smi"] = f"not run: {exc}"
-    return found
+        return f"unavailable: {exc}"
+    return smi.stdout.strip().splitlines() or smi.stderr.strip()
 
 
 def step_fork(folder: Path) -> dict[str, Any]:

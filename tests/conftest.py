@@ -68,3 +68,13 @@ def minilm():
     from index.embedding import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(EmbedderConfig(device="cpu")).start()
+
+
+@pytest.fixture(scope="session")
+def probe_bundle(tmp_path_factory) -> Path:
+    """The folder `make gpu-probe-bundle` builds (benchmarks/gpu_probe.py), as carried."""
+    from benchmarks.gpu_probe import build_bundle
+
+    folder = tmp_path_factory.mktemp("carried") / "gpu-probe"
+    build_bundle(folder)
+    return folder

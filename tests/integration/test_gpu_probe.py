@@ -15,34 +15,27 @@ import time
 
 import pytest
 
-from benchmarks.gpu_probe import MAX_BUNDLE_BYTES, build_bundle
+from benchmarks.gpu_probe import MAX_BUNDLE_BYTES
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("carried") / "gpu-probe"
-    build_bundle(folder)
-    return folder
-
-
-def test_the_bundle_fits_what_a_host_may_take_and_lists_its_files(bundle):
-    files = [p for p in bundle.rglob("*") if p.is_file()]
+def test_the_bundle_fits_what_a_host_may_take_and_lists_its_files(probe_bundle):
+    files = [p for p in probe_bundle.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= MAX_BUNDLE_BYTES
-    manifest = json.loads((bundle / "MANIFEST.json").read_text())
+    manifest = json.loads((probe_bundle / "MANIFEST.json").read_text())
     for name, digest in manifest.items():
-        assert hashlib.sha256((bundle / name).read_bytes()).hexdigest() == digest, name
+        assert hashlib.sha256((probe_bundle / name).read_bytes()).hexdigest() == digest, name
     assert "minilm-fp16/model.safetensors" in manifest and "gpu_probe.py" in manifest
 
 
-def test_the_probe_imports_nothing_of_grounded(bundle):
+def test_the_probe_imports_nothing_of_grounded(probe_bundle):
     """What the probe imports (all but the bundle builder, which runs here) is the standard
     library, numpy, torch and sentence-transformers; and a step runs from the carried
     folder."""
     import ast
 
-    tree = ast.parse((bundle / "gpu_probe.py").read_text())
+    tree = ast.parse((probe_bundle / "gpu_probe.py").read_text())
     builder = next(n for n in tree.body if getattr(n, "name", "") == "build_bundle")
     imported = set()
     for node in ast.walk(tree):
@@ -57,19 +50,19 @@ def test_the_probe_imports_nothing_of_grounded(bundle):
     assert imported - bare_host == set()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-I", str(bundle / "gpu_probe.py"), "--step", "versions",
-         "--folder", str(bundle)],
-        capture_output=True, text=True, timeout=120, cwd=bundle.parent, env=env,
+        [sys.executable, "-I", str(probe_bundle / "gpu_probe.py"), "--step", "versions",
+         "--folder", str(probe_bundle)],
+        capture_output=True, text=True, timeout=120, cwd=probe_bundle.parent, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["torch"] and found["sentence-transformers"] and "cuda_available" in found
 
 
-def test_a_probe_killed_midway_leaves_the_report_of_the_steps_it_finished(bundle, tmp_path):
+def test_a_probe_killed_midway_leaves_the_report_of_the_steps_it_finished(probe_bundle, tmp_path):
     report = tmp_path / "probe.md"
     probe = subprocess.Popen(
-        [sys.executable, str(bundle / "gpu_probe.py"), "--report", str(report)],
+        [sys.executable, str(probe_bundle / "gpu_probe.py"), "--report", str(report)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
