@@ -199,6 +199,10 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
     if not small["scores"]:  # nothing passed the gate: "not found" without generating
         return not small["answerable"], 0.0, "none"
     route = RouteConfig(**{k: v for k, v in policy.items() if k in RouteConfig.model_fields})
+    if policy.get("oracle"):  # the ceiling: the large model exactly where the small one errs
+        if right(small, policy["small_support"]):
+            return True, seconds(small), "small"
+        return right(large, LARGE_SUPPORT), seconds(large), "large"
     if policy.get("always_large") or hard_because(
         RouteSignals.of(small["question"], small["scores"]), route
     ):
@@ -267,6 +271,10 @@ def report(args: argparse.Namespace) -> None:
     policies = {
         "always small": (small, {**never, "small_support": cascading["small_support"]}),
         "always large": (small, {**never, "always_large": True, "small_support": 0.0}),
+        "oracle (the ceiling)": (
+            small,
+            {**never, "oracle": True, "small_support": cascading["small_support"]},
+        ),
         "routed": (small, routed),
         "routed + cascade": (small, cascading),
     }
