@@ -284,3 +284,20 @@ def test_each_model_takes_what_it_leaves_out_from_the_generator():
 def test_a_bad_models_config_is_refused_naming_the_field(generator, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, generator=generator)
+
+
+def test_the_documented_routing_example_is_a_valid_config():
+    """docs/configuration.md's "Several models" example, over configs/cpu.yaml."""
+    import re
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    section = (REPO / "docs/configuration.md").read_text().split("## Several models", 1)[1]
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    base = yaml.safe_load((REPO / "configs/cpu.yaml").read_text())
+    base["generator"] = {**base["generator"], **example["generator"]}
+    config = load_config(None, **base)
+    assert list(config.generator.configs()) == ["small", "large"]
+    assert config.generator.route.large_checks and config.generator.route.max_words == 20
