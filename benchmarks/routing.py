@@ -114,8 +114,8 @@ async def timing(args: argparse.Namespace) -> None:
     from serve.config import load_config
     from serve.generator import VllmGenerator
     from serve.models import resolve_model
-    from serve.query.pipeline import QueryPipeline
-    from serve.query.retrieval import LocalSearcher
+    from serve.query.pipeline import QueryOptions, QueryPipeline
+    from serve.query.retrieval import LocalSearcher, SearchFilter
     from serve.query.routing import RouteConfig
 
     config = load_config(Path(args.config), data_dir=CACHE / "data")
@@ -135,11 +135,16 @@ async def timing(args: argparse.Namespace) -> None:
     sample = questions[::step][: args.questions]
     seconds: dict[str, list[float]] = {"always small": [], "always large": [], "routed": []}
     chosen = []
+    # Each policy reads as its own reader (a cache salt of its own): no policy's prompts are
+    # found in the prefix cache because another asked the same question before it.
+    salted = {label: QueryOptions(search_filter=SearchFilter(readable_by=frozenset({label})))
+              for label in seconds}  # fmt: skip
     try:
         for language, q in sample:
             for label, model in (("always small", "small"), ("always large", "large"),
                                  ("routed", None)):  # fmt: skip
-                answer = await pipeline.answer(TENANTS[language], q.question, model=model)
+                answer = await pipeline.answer(TENANTS[language], q.question, model=model,
+                                               options=salted[label])  # fmt: skip
                 if answer.sources:  # generated (the gate's "not found" costs no generator)
                     seconds[label].append(answer.timings.get("generate", 0.0))
                 if model is None:

@@ -384,7 +384,7 @@ class QueryPipeline:
             text = not_found_message(question)
             yield text
             yield Answer(text, (), (), abstained=True, timings={"total": _since(started)},
-                         route=Route(model or self.small))  # fmt: skip
+                         route=Route(model or self.small, "gate"))  # fmt: skip
             return
         route = self.route(question, hits, history, model)
         prepared = self.prompt(route.model, tenant, question, history, hits, query, max_tokens,

@@ -143,7 +143,8 @@ def hard_because(signals: RouteSignals, route: RouteConfig) -> str | None:
 class Route:
     """Which model answered a question, and how it was chosen: ``asked`` (the request named
     it), ``routed`` (the router chose; ``reason`` why the large one), ``cascaded`` (the small
-    model's answer failed its check, and ``first`` was asked before)."""
+    model's answer failed its check, and ``first`` was asked before), or ``gate`` (nothing
+    passed the gate: "not found" without asking a model)."""
 
     model: str
     decision: str = "asked"
