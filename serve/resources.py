@@ -54,12 +54,13 @@ def generator_deployments(
     config: AppConfig,
 ) -> dict[str, tuple[str, GeneratorConfig, DeploymentOptions]]:
     """Each answering model's deployment: model name -> (deployment name, its generator
-    settings, its resources). One generator: ``generator``; several (``generator.models``):
-    ``generator-<name>`` each, with its own resources or serve.deployments.generator's."""
+    settings, its resources). One generator: ``Generator`` (its class's name, as the other
+    deployments are named); several (``generator.models``): ``generator-<name>`` each, with
+    its own resources or serve.deployments.generator's."""
     configs = config.generator.configs()
     if not config.generator.models:
         [(name, generator)] = configs.items()
-        return {name: ("generator", generator, config.serve.options("generator"))}
+        return {name: ("Generator", generator, config.serve.options("generator"))}
     return {
         name: (f"generator-{name}", configs[name],
                entry.deployment or config.serve.options("generator"))

@@ -56,6 +56,7 @@ def _askable(drawn):
     retrieval, the generator and streaming."""
     case, question = drawn
     body = case.body
+    body["model"] = "grounded"  # the schema describes the served models; it cannot list them
     body["messages"] = [*body["messages"][:-1], {"role": "user", "content": question}]
     for field in ("max_tokens", "max_completion_tokens"):
         if body.get(field) is not None:

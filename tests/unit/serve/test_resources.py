@@ -101,7 +101,7 @@ def test_replicas_that_do_not_fit_the_gpus_are_named():
     config = gpu_config(serve={"deployments": deployments(generator={"num_replicas": 2})})
     assert gpu_packing(config, 2) is None  # one generator per GPU, the rest beside one
     problem = gpu_packing(config, 1)
-    assert "need 2 GPUs" in problem and "generator 0.7" in problem
+    assert "need 2 GPUs" in problem and "Generator 0.7" in problem
 
 
 def test_check_config_checks_the_packing_for_a_given_gpu_count(tmp_path):
