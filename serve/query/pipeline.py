@@ -9,52 +9,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 from index.errors import GroundedError
 from index.types import SearchHit
-from serve.query.admission import (
-    Admission,
-    AdmittedGenerator,
-    AdmittedReranker,
-    Grant,
-    Usage,
-)
-from serve.query.budget import ContextLengthError, check_question_fits, plan_budget
-from serve.query.citations import Citation, ProseAnswerReader, Statement, supported_share
-from serve.query.compound import answered_apart, question_parts, two_part_note
+from serve.query.admission import Admission, AdmittedGenerator, AdmittedReranker, Usage
+from serve.query.attempt import Attempt, generate, since
+from serve.query.budget import check_question_fits
+from serve.query.citations import Citation, Statement, supported_share
+from serve.query.compound import question_parts
 from serve.query.condense import condense_query
 from serve.query.config import QueryConfig
+from serve.query.fitting import DEFAULT_MAX_TOKENS, PreparedPrompt, fit_prompt
 from serve.query.gate import EvidenceGate, not_found_message
-from serve.query.generation import GenerationChunk, Generator
+from serve.query.generation import Generator
 from serve.query.judging import Reranker, judge_threshold
 from serve.query.language import detect_language
-from serve.query.prompt import (
-    SYSTEM_RULES,
-    PromptBuilder,
-    Source,
-    Turn,
-    cache_salt,
-    canonical_order,
-)
-from serve.query.quotes import (
-    QUOTED_RULES,
-    AnswerCheck,
-    QuotedAnswerReader,
-    answer_schema,
-    quote_reservation,
-)
+from serve.query.prompt import Source, Turn, cache_salt
+from serve.query.quotes import AnswerCheck
 from serve.query.relevance import scored
 from serve.query.rerank import rerank
 from serve.query.rerankers import GeneratorReranker, build_reranker
 from serve.query.retrieval import Searcher, SearchFilter, SearchParams
 from serve.query.routing import MODEL_ID, Route, RouteConfig, RouteSignals, hard_because
 from serve.tracing import Stopwatch, tracer
-
-MESSAGE_OVERHEAD = 8  # role markers and separators a chat template adds per message
-DEFAULT_MAX_TOKENS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +55,6 @@ class Answer:
     @property
     def supported_share(self) -> float:
         return supported_share(self.statements)
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedPrompt:
-    token_ids: list[int]
-    sources: tuple[Source, ...]
-    max_tokens: int
-    cache_salt: str
-    timings: dict[str, float]
-    json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
-    query: str = ""  # what retrieval searched for: the question, condensed with earlier turns
-    also: bool = False  # a quoted answer may quote a second sentence (serve/query/compound.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,66 +239,9 @@ class QueryPipeline:
     ) -> PreparedPrompt:
         """``model``'s prompt: as many of ``hits`` and of the history as its window (or the
         budget's cap) holds."""
-        watch, generator = watch or Stopwatch(), self.generators[model]
-        salt = cache_salt(tenant, readers_of(options))
-        count = generator.count
-        quoted = self.config.answer_format == "quoted"
-        builder = PromptBuilder(generator.special_tokens,
-                                withhold=self.config.withhold_instructions,
-                                remind=self.config.remind_rules,
-                                rules=QUOTED_RULES if quoted else SYSTEM_RULES)  # fmt: skip
-        not_found = not_found_message(question)
-        # A question that asks two things, whose first part another passage answers best than
-        # the whole question, is answered from two quoted sentences.
-        note = two_part_note(question) if quoted and answered_apart(hits) else ""
-        also = bool(note)
-        asked = max_tokens or DEFAULT_MAX_TOKENS
-        # max_tokens is the answer's: a quoted reply's quotes, written first, are reserved on
-        # top (usage counts them), so that a small max_tokens still gets its answer.
-        reserved = 0
-        if quoted:
-            reserved = quote_reservation([Source(0, hit) for hit in hits], count,
-                                         builder.withhold, quotes=2 if also else 1)  # fmt: skip
-        max_tokens = asked + reserved
-        window = generator.max_model_len
-        limit_name = "this model's maximum context length"
-        cap = options.max_prompt_tokens
-        if cap is not None and cap + max_tokens < window:
-            window = cap + max_tokens
-            limit_name = (
-                f"your budget (max_prompt_tokens {options.max_prompt_tokens} + max_tokens "
-                f"{asked}" + (f" + {reserved} for the quote)" if reserved else ")")
-            )
-        source_tokens = [count(builder.source_block(Source(99, h))) + 2 for h in hits]
-        plan = plan_budget(
-            window=window,
-            max_tokens=max_tokens,
-            system_tokens=count(builder.system([], not_found)) + MESSAGE_OVERHEAD,
-            question_tokens=count(builder.question(question, not_found, note)) + MESSAGE_OVERHEAD,
-            source_tokens=source_tokens,
-            history_tokens=[count(t.content) + MESSAGE_OVERHEAD for t in history],
-            history_share=self.config.history_share,
-            limit_name=limit_name,
-        )
-        admitted = [hits[i] for i in plan.sources]
-        kept = [history[i] for i in plan.history]
-        while admitted:  # counts above are per part; the rendered template is the final word
-            sources = canonical_order(admitted)
-            messages = builder.messages(sources, kept, question, not_found, note)
-            token_ids = generator.render(messages)
-            if len(token_ids) + max_tokens <= window:
-                schema = answer_schema(sources, builder.withhold, also) if quoted else None
-                watch.lap("prompt")
-                return PreparedPrompt(token_ids, tuple(sources), max_tokens, salt,
-                                      watch.timings, schema, query, also)  # fmt: skip
-            admitted.pop()
-        needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
-        quote = f" and {reserved} for its quote" if reserved else ""
-        raise ContextLengthError(
-            f"{limit_name} is {window} tokens, but the question with one source and {asked} "
-            f"tokens for the answer{quote} needs {needed + max_tokens}; shorten the question or "
-            "lower max_tokens"
-        )
+        return fit_prompt(self.generators[model], self.config, question, history, hits, query,
+                          cache_salt(tenant, readers_of(options)), max_tokens,
+                          options.max_prompt_tokens, watch)  # fmt: skip
 
     async def stream(
         self,
@@ -383,23 +292,23 @@ class QueryPipeline:
         if not hits:
             text = not_found_message(question)
             yield text
-            yield Answer(text, (), (), abstained=True, timings={"total": _since(started)},
+            yield Answer(text, (), (), abstained=True, timings={"total": since(started)},
                          route=Route(model or self.small, "gate"))  # fmt: skip
             return
         route = self.route(question, hits, history, model)
         prepared = self.prompt(route.model, tenant, question, history, hits, query, max_tokens,
                                options, watch)  # fmt: skip
         timings = dict(watch.timings)
-        attempt = _Attempt(route.model, prepared, self._reader(prepared, route.model, question))
+        attempt = self._attempt(route.model, prepared, question)
         generating = time.perf_counter()
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
-        usage = self._usage({}, attempt)
+        usage = attempt.usage({}, self.checkers.get(attempt.model, attempt.model))
         if self._cascades(route, attempt, live):
             cascading = time.perf_counter()
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
-            large = _Attempt(self.large, prepared, self._reader(prepared, self.large, question))
+            large = self._attempt(self.large, prepared, question)
             try:
                 async for delta in self._generate(large, f"{request_id}-c" if request_id else "",
                                                   admit, watch, timings, generating):  # fmt: skip
@@ -413,14 +322,14 @@ class QueryPipeline:
             else:
                 route = Route(self.large, "cascaded", route.reason, first=route.model)
                 attempt = large
-                usage = self._usage(usage, attempt)
-            timings["cascade"] = _since(cascading)
+                usage = attempt.usage(usage, self.checkers.get(attempt.model, attempt.model))
+            timings["cascade"] = since(cascading)
         if attempt.rest:
             if attempt.held and not attempt.shown:  # a held answer: its first text is now
-                timings["first_text"] = _since(generating)
+                timings["first_text"] = since(generating)
             yield attempt.rest
-        timings["generate"] = _since(generating)
-        timings["total"] = _since(started)
+        timings["generate"] = since(generating)
+        timings["total"] = since(started)
         # Statement spans index the answer text, which is exactly what was streamed.
         checked = attempt.reader.result()
         yield Answer(
@@ -439,107 +348,21 @@ class QueryPipeline:
             model_usage=usage,
         )
 
-    def _usage(self, usage: dict[str, Usage], attempt: _Attempt) -> dict[str, Usage]:
-        """``usage`` by model with ``attempt``'s added: its answer's, and its check's to the
-        model that checked it."""
-        usage = dict(usage)
-        checker = self.checkers.get(attempt.model, attempt.model)
-        for model, used in ((attempt.model, attempt.grant.usage - attempt.check_usage),
-                            (checker, attempt.check_usage)):  # fmt: skip
-            if used != Usage() or model == attempt.model:
-                usage[model] = usage.get(model, Usage()) + used
-        return usage
+    def _attempt(self, model: str, prepared: PreparedPrompt, question: str) -> Attempt:
+        return Attempt.of(model, prepared, question, hold=model in self.checks,
+                          grounded_only=self.config.grounded_only)  # fmt: skip
 
-    def _reader(
-        self, prepared: PreparedPrompt, model: str, question: str
-    ) -> QuotedAnswerReader | ProseAnswerReader:
-        if not prepared.json_schema:
-            return ProseAnswerReader(prepared.sources)
-        return QuotedAnswerReader(prepared.sources, not_found_message(question),
-                                  hold=model in self.checks,
-                                  grounded_only=self.config.grounded_only,
-                                  question=question)  # fmt: skip
+    def _generate(self, attempt: Attempt, *args) -> AsyncIterator[str]:
+        """``attempt``'s deltas from its model, checked by its check (serve/query/attempt.py)."""
+        return generate(attempt, self.generators[attempt.model],
+                        self.checks.get(attempt.model), *args)  # fmt: skip
 
-    def _cascades(self, route: Route, attempt: _Attempt, live: bool) -> bool:
+    def _cascades(self, route: Route, attempt: Attempt, live: bool) -> bool:
         """The small model's routed answer failed (its check, grounding, or it found nothing)
         and nothing of it was sent: the large model is asked."""
         return (self.route_config.cascade and route.decision == "routed"
                 and route.model != self.large and not (live and attempt.shown)
                 and attempt.reader.result().abstained)  # fmt: skip
-
-    async def _generate(
-        self,
-        attempt: _Attempt,
-        request_id: str,
-        admit: Admission | None,
-        watch: Stopwatch,
-        timings: dict[str, float],
-        generating: float,
-    ) -> AsyncIterator[str]:
-        """One model's answer, checked: the deltas it shows as it writes; what it shows last
-        (``attempt.rest``, once read whole and checked) is left to the caller, who may ask
-        another model instead."""
-        prepared, reader = attempt.prepared, attempt.reader
-        check = self.checks.get(attempt.model) if prepared.json_schema else None
-
-        def visible(delta: str) -> str:
-            return delta if attempt.shown else delta.lstrip()
-
-        reservation = len(prepared.token_ids) + prepared.max_tokens
-        if check:  # the check runs within the generation's admission: reserve it too
-            reservation += check.reservation(
-                prepared.query, prepared.sources, prepared.max_tokens, prepared.also
-            )
-        generator = self.generators[attempt.model]
-        async with admit(reservation, attempt.model) if admit else nullcontext(Grant()) as grant:
-            attempt.grant = grant
-            if admit and "admission" not in timings:
-                watch.lap("admission")
-                timings["admission"] = watch.timings["admission"]
-            span = tracer().start_span("grounded.generate", watch.context,
-                                       attributes={"grounded.model": attempt.model})  # fmt: skip
-
-            def start(priority: int, attempt_number: int) -> AsyncIterator[GenerationChunk]:
-                return generator.stream(
-                    prepared.token_ids,
-                    max_tokens=prepared.max_tokens,
-                    cache_salt=prepared.cache_salt,
-                    request_id=f"{request_id}-{attempt_number}"
-                    if request_id and attempt_number
-                    else request_id,
-                    priority=priority,
-                    json_schema=prepared.json_schema,
-                )
-
-            try:
-                async for chunk in grant.run(start):
-                    started_now = attempt.last is None
-                    if started_now and "first_token" not in timings:
-                        timings["first_token"] = _since(generating)
-                        span.add_event("first_token")
-                    attempt.last = chunk
-                    grant.usage = Usage(
-                        chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
-                    )
-                    if delta := visible(reader.feed(chunk.text)):
-                        if not attempt.shown:  # quoted answers show text only after the quote
-                            timings["first_text"] = _since(generating)
-                        attempt.shown.append(delta)
-                        yield delta
-                    elif started_now:
-                        yield ""  # generating, nothing to show yet (leading spaces, a "[")
-            finally:
-                span.end()
-            if check and (pending := reader.to_check()):  # within the generation's admission
-                checking = time.perf_counter()
-                check_prompt = check.prompt(prepared.query, *pending)
-                attempt.support = await check.support(check_prompt, prepared.cache_salt)
-                timings["check"] = timings.get("check", 0.0) + _since(checking)
-                attempt.check_usage = Usage(len(check_prompt), 0, 1)
-                grant.usage += attempt.check_usage  # reserved and settled with the answer
-                if attempt.support < check.min_support:
-                    reader.withhold()
-        attempt.rest = visible(reader.flush(attempt.last.finish_reason if attempt.last else None))
 
     async def answer(
         self,
@@ -558,26 +381,3 @@ class QueryPipeline:
             if isinstance(item, Answer):
                 return item
         raise AssertionError("QueryPipeline.stream ended without an Answer")
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One model's go at the answer (two when a cascade asks the large model)."""
-
-    model: str
-    prepared: PreparedPrompt
-    reader: QuotedAnswerReader | ProseAnswerReader
-    shown: list[str] = field(default_factory=list)  # sent to the client; never starts blank
-    last: GenerationChunk | None = None
-    grant: Grant = field(default_factory=Grant)
-    support: float | None = None  # the answer check's P(yes)
-    check_usage: Usage = field(default_factory=Usage)  # the check's (in grant.usage too)
-    rest: str = ""  # what is shown once the answer is read whole
-
-    @property
-    def held(self) -> bool:
-        return isinstance(self.reader, QuotedAnswerReader) and self.reader.hold
-
-
-def _since(start: float) -> float:
-    return time.perf_counter() - start

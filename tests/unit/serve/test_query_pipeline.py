@@ -189,7 +189,7 @@ def test_a_model_that_says_not_found_is_an_abstention_without_citations(service)
 def test_admission_sees_the_prompt_runs_the_generation_and_settles_the_usage(service):
     from contextlib import asynccontextmanager
 
-    from serve.query.pipeline import Grant
+    from serve.query.admission import Grant
 
     generator, seen, settled = ScriptedGenerator("Annual leave is 27 days [1]."), [], []
 
