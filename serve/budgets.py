@@ -12,9 +12,10 @@ request reaches the generator, so an admitted request is never cut off by a budg
 ends, the reservation is replaced by the tokens actually used. A request that would overflow a
 window is refused with 429 and a Retry-After that points at the window's end.
 
-All state is in ``<data_dir>/usage.sqlite`` (WAL, one ``BEGIN IMMEDIATE`` transaction per
-decision), so budgets survive a restart and hold across every ingress replica that shares the
-data directory. Leases of generations in flight expire after ``lease_s``, so a replica that dies
+All state is in the ``usage`` store (serve/state.py: ``<data_dir>/usage.sqlite`` on one node,
+the ``usage`` schema of the PostgreSQL server of several), one transaction per decision, a
+tenant's admissions serialised on its lock, so budgets survive a restart and hold across every
+ingress replica. Leases of generations in flight expire after ``lease_s``, so a replica that dies
 mid-request cannot hold a tenant's concurrency forever.
 """
 
@@ -22,12 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from index.errors import GroundedError, InvalidRequestError, RateLimitError
 from index.store.tenants import validate_tenant
+from serve.state import StateConfig, open_database
 
 if TYPE_CHECKING:
     from serve.query.admission import Usage
@@ -159,32 +158,41 @@ class UsageRow:
     models: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
-SCHEMA = """
+# The store's migrations (serve/state.py), each applied once. The first creates what a ledger
+# written before migrations were counted already has (IF NOT EXISTS), so it adopts those too.
+MIGRATIONS = (
+    """
 CREATE TABLE IF NOT EXISTS windows (
-    subject TEXT NOT NULL, window TEXT NOT NULL, start INTEGER NOT NULL, tokens INTEGER NOT NULL,
-    PRIMARY KEY (subject, window, start)
+    subject TEXT NOT NULL, "window" TEXT NOT NULL, start BIGINT NOT NULL, tokens BIGINT NOT NULL,
+    PRIMARY KEY (subject, "window", start)
 );
 CREATE TABLE IF NOT EXISTS leases (
-    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, key_id TEXT NOT NULL, expires REAL NOT NULL
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, key_id TEXT NOT NULL,
+    expires DOUBLE PRECISION NOT NULL
 );
 CREATE TABLE IF NOT EXISTS requests (
-    ts REAL NOT NULL, tenant TEXT NOT NULL, key_id TEXT NOT NULL, outcome TEXT NOT NULL,
-    reason TEXT, prompt INTEGER NOT NULL DEFAULT 0, cached INTEGER NOT NULL DEFAULT 0,
-    completion INTEGER NOT NULL DEFAULT 0, cost REAL NOT NULL DEFAULT 0
+    ts DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL, key_id TEXT NOT NULL,
+    outcome TEXT NOT NULL, reason TEXT, prompt BIGINT NOT NULL DEFAULT 0,
+    cached BIGINT NOT NULL DEFAULT 0, completion BIGINT NOT NULL DEFAULT 0,
+    cost DOUBLE PRECISION NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS requests_by_time ON requests (ts);
 CREATE TABLE IF NOT EXISTS model_usage (
-    ts REAL NOT NULL, tenant TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL,
-    prompt INTEGER NOT NULL, cached INTEGER NOT NULL, completion INTEGER NOT NULL,
-    cost REAL NOT NULL
+    ts DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL, key_id TEXT NOT NULL,
+    model TEXT NOT NULL, prompt BIGINT NOT NULL, cached BIGINT NOT NULL,
+    completion BIGINT NOT NULL, cost DOUBLE PRECISION NOT NULL
 );
-CREATE INDEX IF NOT EXISTS model_usage_by_time ON model_usage (ts);
-"""
+CREATE INDEX IF NOT EXISTS model_usage_by_time ON model_usage (ts)
+""",
+)
+# PostgreSQL sums BIGINTs as NUMERIC: cast back, so both stores return ints.
+TOKEN_SUMS = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in ("prompt", "cached", "completion"))
 OUTCOMES = ("answered", "abstained", "cancelled", "refused", "embedded")
 
 
 class Ledger:
-    """Budgets and usage accounting over ``<data_dir>/usage.sqlite``; ``clock`` is injectable."""
+    """Budgets and usage accounting in the ``usage`` store (serve/state.py); ``clock`` is
+    injectable."""
 
     def __init__(
         self,
@@ -192,35 +200,16 @@ class Ledger:
         config: BudgetsConfig,
         clock: Callable[[], float] = time.time,
         model_prices: Mapping[str, Prices] | None = None,
+        state: StateConfig | None = None,
     ) -> None:
-        """``model_prices``: a model's own prices, where they are not ``config.prices``."""
-        self.path = Path(data_dir) / "usage.sqlite"
+        """``model_prices``: a model's own prices, where they are not ``config.prices``;
+        ``state``: where the store is (default: ``<data_dir>/usage.sqlite``)."""
         self.config, self.clock = config, clock
         self.model_prices = dict(model_prices or {})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One connection, used from the event loop and from worker threads under the lock;
-        # other processes (replicas, the CLI) are serialised by SQLite's own locking.
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self.db = open_database(state or StateConfig(), data_dir, "usage", MIGRATIONS)
 
     def close(self) -> None:
-        self._db.close()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        self.db.close()
 
     def reserve(self, tenant: str, key_id: str, key_budget: Budget, tokens: int) -> Lease:
         """Admit a generation of up to ``tokens`` tokens, or raise RateLimitError (429, with
@@ -231,7 +220,9 @@ class Ledger:
             ("key", key_id, key_budget),
         )
         windows = tuple((w, window_start(now, w)) for w in WINDOWS)
-        with self._transaction() as db:
+        # The tenant's lock: its admissions, on every replica, decide one after another (each
+        # statement reads what the one before it committed: PostgreSQL's read committed).
+        with self.db.transaction(lock=f"tenant:{tenant}") as db:
             db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
             for kind, subject, budget in subjects:
                 self._check(db, kind, subject, budget, tokens, windows, now)
@@ -284,7 +275,7 @@ class Ledger:
     @staticmethod
     def _used(db, subject: str, window: str, start: int) -> int:
         row = db.execute(
-            "SELECT tokens FROM windows WHERE subject = ? AND window = ? AND start = ?",
+            'SELECT tokens FROM windows WHERE subject = ? AND "window" = ? AND start = ?',
             (subject, window, start),
         ).fetchone()
         return row[0] if row else 0
@@ -292,15 +283,16 @@ class Ledger:
     @staticmethod
     def _add(db, subject: str, window: str, start: int, tokens: int) -> None:
         db.execute(
-            "INSERT INTO windows VALUES (?, ?, ?, ?) ON CONFLICT (subject, window, start) "
-            "DO UPDATE SET tokens = max(0, tokens + excluded.tokens)",
+            'INSERT INTO windows VALUES (?, ?, ?, ?) ON CONFLICT (subject, "window", start) '
+            "DO UPDATE SET tokens = CASE WHEN windows.tokens + excluded.tokens < 0 THEN 0 "
+            "ELSE windows.tokens + excluded.tokens END",
             (subject, window, start, tokens),
         )
 
     def settle(self, lease: Lease, used_tokens: int) -> None:
         """The generation ended: charge what it used instead of what it reserved (in the
         windows it was admitted in), and free its concurrency slot."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:  # adding to a row is atomic: no lock needed
             db.execute("DELETE FROM leases WHERE id = ?", (lease.id,))
             for subject in (f"tenant:{lease.tenant}", f"key:{lease.key_id}"):
                 for window, start in lease.windows:
@@ -310,8 +302,8 @@ class Ledger:
 
     def used(self, subject: str, window: str) -> int:
         """Tokens charged to ``tenant:<id>`` or ``key:<id>`` in the current window."""
-        with self._lock:
-            return self._used(self._db, subject, window, window_start(self.clock(), window))
+        with self.db.read() as db:
+            return self._used(db, subject, window, window_start(self.clock(), window))
 
     def record(
         self,
@@ -338,7 +330,7 @@ class Ledger:
         default = self.config.prices.cost(prompt, cached, completion)
         cost = sum(costs.values()) if models else default
         now = self.clock()
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             db.execute(
                 "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (now, tenant, key_id, outcome, reason, prompt, cached, completion, cost),
@@ -361,16 +353,16 @@ class Ledger:
         if tenant is not None:
             where.append("tenant = ?")
             args.append(tenant)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT tenant, key_id, outcome, reason, count(*), sum(prompt), sum(cached), "
-                f"sum(completion), sum(cost) FROM requests WHERE {' AND '.join(where)} "
+        with self.db.read() as db:
+            rows = db.execute(
+                f"SELECT tenant, key_id, outcome, reason, count(*), {TOKEN_SUMS}, sum(cost) "
+                f"FROM requests WHERE {' AND '.join(where)} "
                 "GROUP BY tenant, key_id, outcome, reason ORDER BY tenant, key_id",
                 args,
             ).fetchall()
-            by_model = self._db.execute(
-                "SELECT tenant, key_id, model, sum(prompt), sum(cached), sum(completion), "
-                f"sum(cost) FROM model_usage WHERE {' AND '.join(where)} "
+            by_model = db.execute(
+                f"SELECT tenant, key_id, model, {TOKEN_SUMS}, sum(cost) "
+                f"FROM model_usage WHERE {' AND '.join(where)} "
                 "GROUP BY tenant, key_id, model ORDER BY model",
                 args,
             ).fetchall()

@@ -78,3 +78,13 @@ def probe_bundle(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("carried") / "gpu-probe"
     build_bundle(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server of the tests' own (tests/postgres.py), started once."""
+    from tests.postgres import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.remove()

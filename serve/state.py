@@ -1,0 +1,267 @@
+"""Where the appliance's shared state lives (``state:`` in the config).
+
+One node: embedded SQLite files in the data directory (``usage.sqlite``, ``responses.sqlite``),
+as before; nothing to install. Several nodes: one PostgreSQL server that every node reaches
+(``state.url: postgresql://...``). SQLite's WAL mode needs every process on one host (its index
+lives in shared memory) and does not work over a network file system, so a data directory
+shared over NFS is not a way to share these databases.
+
+Each store (the usage ledger, the stored responses) opens a ``Database``: the same SQL for both
+(``?`` placeholders; types both read alike: BIGINT, DOUBLE PRECISION, TEXT), one writer
+decision per ``transaction()``, and its migrations applied at start-up, each once. On
+PostgreSQL a store's tables live in a schema of their own (``usage``, ``responses``), and a
+transaction that names a ``lock`` holds a transaction-scoped advisory lock on it, so that
+decisions about one subject (a tenant's budget) are serialised across every node, as SQLite's
+``BEGIN IMMEDIATE`` serialises them on one.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from index.errors import GroundedError
+
+
+class StateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = Field(
+        None,
+        description="postgresql://user:password@host:port/database: the shared state of "
+        "several nodes (set the password with GROUNDED_STATE__URL). None: SQLite files in the "
+        "data directory (one node).",
+    )
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _postgresql(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+            raise ValueError(
+                "url must look like postgresql://user:password@host:5432/grounded (or be left "
+                "out for SQLite files in the data directory, one node)"
+            )
+        if not parts.path.strip("/"):
+            raise ValueError("url names no database: end it with /<database>, e.g. /grounded")
+        return value
+
+
+class StateUnavailableError(GroundedError):
+    """The state database cannot be reached: the request is refused, nothing half-written."""
+
+    status = 503
+    code = "state_unavailable"
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class Database(Protocol):
+    dialect: str  # "sqlite" or "postgresql"
+    where: str  # for messages: a file or a server
+
+    def transaction(self, lock: str | None = None) -> Iterator[Connection]: ...
+    def read(self) -> Iterator[Connection]: ...
+    def close(self) -> None: ...
+
+
+def open_database(
+    config: StateConfig, data_dir: Path, name: str, migrations: Sequence[str]
+) -> Database:
+    """Store ``name``'s database (``<data_dir>/<name>.sqlite``, or schema ``name`` on the
+    PostgreSQL server), with ``migrations`` applied: SQL scripts, each run once, in order."""
+    if config.url:
+        return PostgresDatabase(config.url, name, migrations, config.connect_timeout_s)
+    return SqliteDatabase(Path(data_dir) / f"{name}.sqlite", migrations)
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+class SqliteDatabase:
+    """One SQLite file (WAL): one connection, shared by the event loop and worker threads
+    under a lock; other processes on this host are serialised by SQLite's own locking."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: Path, migrations: Sequence[str]) -> None:
+        self.path = path
+        self.where = str(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        with self.transaction() as db:  # user_version counts the migrations applied
+            (applied,) = db.execute("PRAGMA user_version").fetchone()
+            for version, script in enumerate(migrations[applied:], start=applied + 1):
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {version}")
+
+    @contextmanager
+    def transaction(self, lock: str | None = None) -> Iterator[sqlite3.Connection]:
+        """``lock`` is for PostgreSQL: here every write transaction is serialised."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._db
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _PgConnection:
+    """A pg8000 connection read as sqlite3's: ``execute`` returns something to fetch from.
+    ``?`` placeholders become pg8000's ``%s`` (the SQL here has no literal ``?`` or ``%``)."""
+
+    def __init__(self, connection) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, args: Sequence[Any] = ()):
+        cursor = self._connection.cursor()
+        cursor.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
+        return cursor
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        for row in rows:
+            self.execute(sql, row)
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class PostgresDatabase:
+    """A store's schema on a PostgreSQL server: one connection per process (a lock serialises
+    its threads), reopened after the server or the network drops it."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self, url: str, schema: str, migrations: Sequence[str], timeout_s: float = 10.0
+    ) -> None:
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"{schema!r} is not a schema name")
+        self.url, self.schema, self.timeout_s = url, schema, timeout_s
+        parts = urlsplit(url)
+        self.where = f"PostgreSQL at {parts.hostname}:{parts.port or 5432}{parts.path}"
+        self._lock = threading.Lock()
+        self._connection = None
+        with self.transaction(lock=f"migrations:{schema}") as db:
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            db.execute(f"SET LOCAL search_path TO {schema}")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            (applied,) = db.execute(
+                "SELECT coalesce(max(version), 0) FROM schema_migrations"
+            ).fetchone()
+            for version, script in enumerate(migrations[applied:], start=applied + 1):
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
+
+    def _connect(self):
+        import pg8000.dbapi
+
+        parts = urlsplit(self.url)
+        try:
+            connection = pg8000.dbapi.connect(
+                user=unquote(parts.username or "postgres"),
+                password=unquote(parts.password) if parts.password else None,
+                host=parts.hostname,
+                port=parts.port or 5432,
+                database=unquote(parts.path.lstrip("/")),
+                timeout=self.timeout_s,
+                application_name="grounded",
+            )
+        except Exception as exc:  # pg8000 raises InterfaceError, OSError or its own errors
+            raise StateUnavailableError(
+                f"cannot reach the state database ({self.where}): {exc}; check state.url and "
+                "that the server is up"
+            ) from exc
+        connection.autocommit = True  # transactions are begun and ended here, explicitly
+        connection.cursor().execute(f"SET search_path TO {self.schema}")
+        return connection
+
+    @contextmanager
+    def transaction(self, lock: str | None = None) -> Iterator[_PgConnection]:
+        """One transaction; ``lock``: a name whose advisory lock it holds until it ends (every
+        transaction naming it, on any node, waits for this one)."""
+        import pg8000.exceptions
+
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._connect()
+            db = _PgConnection(self._connection)
+            try:
+                db.execute("BEGIN")
+                if lock is not None:
+                    db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
+            except (pg8000.exceptions.InterfaceError, OSError) as exc:
+                self._drop()
+                raise StateUnavailableError(
+                    f"lost the state database ({self.where}): {exc}; retry"
+                ) from exc
+            try:
+                yield db
+            except BaseException:
+                try:
+                    db.execute("ROLLBACK")
+                except (pg8000.exceptions.InterfaceError, OSError):
+                    self._drop()
+                raise
+            try:
+                db.execute("COMMIT")
+            except (pg8000.exceptions.InterfaceError, OSError) as exc:
+                self._drop()  # whether it committed is unknown: the caller is told
+                raise StateUnavailableError(
+                    f"lost the state database ({self.where}) while committing: {exc}"
+                ) from exc
+
+    @contextmanager
+    def read(self) -> Iterator[_PgConnection]:
+        with self.transaction() as db:
+            yield db
+
+    def _drop(self) -> None:
+        try:
+            if self._connection is not None:
+                self._connection.close()
+        except Exception:  # already gone
+            pass
+        self._connection = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
