@@ -31,6 +31,7 @@ from serve.identity import AuthConfig
 from serve.query.config import QueryConfig
 from serve.query.routing import MODEL_ID, RouteConfig
 from serve.resources import gpu_packing, gpu_requests
+from serve.state import StateConfig
 from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
@@ -228,6 +229,7 @@ class AppConfig(BaseSettings):
     budgets: BudgetsConfig = BudgetsConfig()
     auth: AuthConfig = AuthConfig()
     audit: AuditConfig = AuditConfig()
+    state: StateConfig = StateConfig()
 
     @classmethod
     def settings_customise_sources(

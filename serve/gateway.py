@@ -76,10 +76,11 @@ class Gateway:
         self.models = {name: c.model or "" for name, c in config.generator.configs().items()}
         # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
         self.embedding_model = Path(config.index.embedder.model).name
-        self.responses = ResponseStore(config.data_dir)
+        self.responses = ResponseStore(config.data_dir, config.state)
         self.audit = AuditLog(config.data_dir, config.audit)
         prices = {name: e.prices for name, e in config.generator.models.items() if e.prices}
-        self.ledger = Ledger(config.data_dir, config.budgets, model_prices=prices)
+        self.ledger = Ledger(config.data_dir, config.budgets, model_prices=prices,
+                             state=config.state)  # fmt: skip
         serve = config.serve  # fair admission per generator: each has its own engine
         self.fair = {
             name: FairQueue(serve.generation_slots, serve.queue_per_tenant, serve.prefill_slots)

@@ -1,38 +1,39 @@
 """Stored responses (``store: true``), per tenant: what ``GET /v1/responses/{id}``,
 ``input_items`` and ``previous_response_id`` read.
 
-One SQLite database beside the usage ledger (``responses.sqlite``, in backups too). Every read
-and delete names the tenant with the id, so another tenant's response id is simply absent: the
-same 404 as an id that never existed. Inside a tenant a response is read by the identity that
-created it (``owner``: its user, or its key), and by admins (``owner`` None when reading);
-responses stored before owners were recorded stay readable by the whole tenant.
+The ``responses`` store (serve/state.py): one SQLite database beside the usage ledger
+(``responses.sqlite``, in backups too), or a schema on the PostgreSQL server of several nodes.
+Every read and delete names the tenant with the id, so another tenant's response id is simply
+absent: the same 404 as an id that never existed. Inside a tenant a response is read by the
+identity that created it (``owner``: its user, or its key), and by admins (``owner`` None when
+reading); responses stored before owners were recorded stay readable by the whole tenant.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from index.errors import DocumentNotFoundError
+from serve.state import StateConfig, open_database
 
 DB_NAME = "responses.sqlite"
 
-SCHEMA = """
+MIGRATIONS = (  # serve/state.py: each applied once
+    """
 CREATE TABLE IF NOT EXISTS responses (
     tenant      TEXT NOT NULL,
     id          TEXT NOT NULL,
-    created_at  INTEGER NOT NULL,
+    created_at  BIGINT NOT NULL,
     body        TEXT NOT NULL,   -- the response object, as returned
     input_items TEXT NOT NULL,   -- JSON list of the request's input items, with their ids
     history     TEXT NOT NULL,   -- JSON [[role, text], ...]: the conversation up to and with it
     owner       TEXT,            -- the identity that created it (user:<name> or key:<id>)
     PRIMARY KEY (tenant, id)
-);
-"""
+)
+""",
+)
 
 
 class ResponseNotFoundError(DocumentNotFoundError):
@@ -40,18 +41,17 @@ class ResponseNotFoundError(DocumentNotFoundError):
 
 
 class ResponseStore:
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / DB_NAME
-        self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-            if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:
-                db.execute("ALTER TABLE responses ADD COLUMN owner TEXT")
+    def __init__(self, data_dir: Path, state: StateConfig | None = None) -> None:
+        """The ``responses`` store (serve/state.py): ``<data_dir>/responses.sqlite``, or the
+        PostgreSQL server of ``state``."""
+        self.db = open_database(state or StateConfig(), data_dir, "responses", MIGRATIONS)
+        if self.db.dialect == "sqlite":  # a file from before owners were recorded
+            with self.db.transaction() as db:
+                if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:
+                    db.execute("ALTER TABLE responses ADD COLUMN owner TEXT")
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    def close(self) -> None:
+        self.db.close()
 
     def save(
         self,
@@ -61,7 +61,7 @@ class ResponseStore:
         history: list[tuple[str, str]],
         owner: str | None = None,
     ) -> None:
-        with self._lock, closing(self._connect()) as db:
+        with self.db.transaction() as db:
             db.execute(
                 "INSERT INTO responses(tenant, id, created_at, body, input_items, history, owner)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -71,7 +71,7 @@ class ResponseStore:
 
     def _row(self, tenant: str, owner: str | None, response_id: str, columns: str) -> tuple:
         mine = "" if owner is None else " AND (owner = ? OR owner IS NULL)"
-        with closing(self._connect()) as db:
+        with self.db.read() as db:
             row = db.execute(
                 f"SELECT {columns} FROM responses WHERE tenant = ? AND id = ?{mine}",
                 (tenant, response_id, *(() if owner is None else (owner,))),
@@ -98,5 +98,5 @@ class ResponseStore:
 
     def delete(self, tenant: str, owner: str | None, response_id: str) -> None:
         self._row(tenant, owner, response_id, "id")
-        with self._lock, closing(self._connect()) as db:
+        with self.db.transaction() as db:
             db.execute("DELETE FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from index.errors import GroundedError
 
@@ -34,20 +34,20 @@ from index.errors import GroundedError
 class StateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str | None = Field(
+    url: SecretStr | None = Field(
         None,
         description="postgresql://user:password@host:port/database: the shared state of "
-        "several nodes (set the password with GROUNDED_STATE__URL). None: SQLite files in the "
-        "data directory (one node).",
+        "several nodes (kept out of printed configs; set it with GROUNDED_STATE__URL to keep "
+        "the password out of the file). None: SQLite files in the data directory (one node).",
     )
     connect_timeout_s: float = Field(10.0, gt=0)
 
     @field_validator("url")
     @classmethod
-    def _postgresql(cls, value: str | None) -> str | None:
+    def _postgresql(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return value
-        parts = urlsplit(value)
+        parts = urlsplit(value.get_secret_value())
         if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
             raise ValueError(
                 "url must look like postgresql://user:password@host:5432/grounded (or be left "
@@ -90,7 +90,8 @@ def open_database(
     """Store ``name``'s database (``<data_dir>/<name>.sqlite``, or schema ``name`` on the
     PostgreSQL server), with ``migrations`` applied: SQL scripts, each run once, in order."""
     if config.url:
-        return PostgresDatabase(config.url, name, migrations, config.connect_timeout_s)
+        url = config.url.get_secret_value()
+        return PostgresDatabase(url, name, migrations, config.connect_timeout_s)
     return SqliteDatabase(Path(data_dir) / f"{name}.sqlite", migrations)
 
 
@@ -149,7 +150,10 @@ class _PgConnection:
 
     def execute(self, sql: str, args: Sequence[Any] = ()):
         cursor = self._connection.cursor()
-        cursor.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
+        if args:
+            cursor.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
+        else:  # sent as it is
+            cursor.execute(sql)
         return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:

@@ -94,10 +94,10 @@ def usage(
 
     config: AppConfig = ctx.obj.config
     start = _run(lambda: parse_since(since, time.time())) if since else None
-    if not (config.data_dir / "usage.sqlite").exists():
+    if not config.state.url and not (config.data_dir / "usage.sqlite").exists():
         rows = []
     else:
-        ledger = Ledger(config.data_dir, config.budgets)
+        ledger = Ledger(config.data_dir, config.budgets, state=config.state)
         try:
             rows = ledger.usage(tenant, start)
         finally:

@@ -112,3 +112,22 @@ def test_a_ledger_written_before_migrations_is_adopted(tmp_path):
     ledger.settle(ledger.reserve("acme", "k", Budget(), 58), 58)
     assert ledger.used("tenant:acme", "minute") == 100
     ledger.close()
+
+
+def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
+    from serve.response_store import ResponseNotFoundError, ResponseStore
+
+    state = StateConfig(url=postgres.url)
+    one, two = ResponseStore("/nonexistent", state), ResponseStore("/nonexistent", state)
+    body = {"id": "resp_1", "created_at": 1_800_000_000, "output_text": "27 days [1]"}
+    one.save("acme", body, [{"id": "in_1"}], [("user", "Leave?"), ("assistant", "27")], "key:a")
+    assert two.get("acme", "key:a", "resp_1") == body  # written on one node, read on another
+    assert two.history("acme", None, "resp_1") == [("user", "Leave?"), ("assistant", "27")]
+    for tenant, owner in (("other", None), ("acme", "key:b")):  # another tenant, another key
+        with pytest.raises(ResponseNotFoundError):
+            two.get(tenant, owner, "resp_1")
+    two.delete("acme", "key:a", "resp_1")
+    with pytest.raises(ResponseNotFoundError):
+        one.get("acme", None, "resp_1")
+    one.close()
+    two.close()

@@ -50,6 +50,8 @@ def test_explicit_override_beats_environment(monkeypatch):
         ("indx: {}\n", "indx: unknown field"),
         ("- a list\n", "must hold a mapping"),
         ("index: [unclosed\n", "not valid YAML"),
+        ("state:\n  url: mysql://db/grounded\n", "state.url: url must look like postgresql://"),
+        ("state:\n  url: postgresql://db:5432\n", "state.url: url names no database"),
     ],
 )
 def test_bad_files_name_the_field(tmp_path, text, message):
@@ -63,3 +65,14 @@ def test_bad_files_name_the_field(tmp_path, text, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_the_state_url_is_read_from_the_environment_and_never_printed(monkeypatch):
+    from serve.config import check_file
+
+    url = "postgresql://grounded:s3cret@db.internal:5432/grounded"
+    monkeypatch.setenv("GROUNDED_STATE__URL", url)
+    config = load_config(REPO / "configs" / "cpu.yaml")
+    assert config.state.url.get_secret_value() == url
+    assert "s3cret" not in repr(config) and "s3cret" not in str(config.model_dump(mode="json"))
+    assert "s3cret" not in str(check_file(REPO / "configs" / "cpu.yaml"))
