@@ -179,6 +179,9 @@ def backup_command(
         return
     tenants = ", ".join(f"{t.tenant} ({t.documents} documents)" for t in manifest.tenants)
     out.print(f"backed up into {dest}: tenants {tenants or 'none'}; {len(manifest.files)} files")
+    if config.state.url:  # not in the data directory: the database server's own tools copy it
+        err.print("the usage ledger and stored responses are on the PostgreSQL server of "
+                  "state.url, not in this backup: back that database up with pg_dump")  # fmt: skip
 
 
 @commands.command("restore")
