@@ -76,13 +76,13 @@ def main() -> None:
 
     from serve import up
     from serve.config import load_config
-    from serve.keys import KeyStore
+    from serve.keys import key_store
 
     config = load_config(args.config, data_dir=args.data_dir)
     print("== starting the appliance (Ray, embedder, shards, vLLM generator; about a minute)")
 
     def show(running: up.Running) -> None:
-        keys = {tenant: KeyStore(config.data_dir).create(tenant, name="demo")[1]
+        keys = {tenant: key_store(config).create(tenant, name="demo")[1]
                 for tenant in QUESTIONS}  # fmt: skip
         for tenant, key in keys.items():
             client = openai.OpenAI(base_url=running.api_url, api_key=key, timeout=600)

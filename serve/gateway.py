@@ -26,7 +26,7 @@ from serve.budgets import BudgetTooSmallError, Ledger, request_caps
 from serve.config import AppConfig
 from serve.fairness import FairQueue
 from serve.identity import Authenticator
-from serve.keys import ApiKey, KeyStore
+from serve.keys import ApiKey, Keys
 from serve.metrics import metrics
 from serve.query.admission import Grant, Usage
 from serve.query.generation import GeneratorUnavailableError
@@ -64,7 +64,7 @@ class Gateway:
     def __init__(
         self,
         config: AppConfig,
-        keys: Authenticator | KeyStore,
+        keys: Authenticator | Keys,
         pipeline: QueryPipeline,
         generator,
         embed: Callable[[list[str]], Awaitable[tuple[np.ndarray, int]]],

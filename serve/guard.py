@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from index.errors import InvalidRequestError
 from serve.identity import Authenticator
-from serve.keys import ApiKey, KeyStore
+from serve.keys import ApiKey, Keys
 
 JSON_BODY_LIMIT = 8 * 2**20  # chat, embeddings, search: far above any window's worth of text
 MULTIPART_OVERHEAD = 2**20  # boundaries and form fields around an uploaded file
@@ -27,7 +27,7 @@ class LengthRequiredError(InvalidRequestError):
 
 
 class RequestGuard:
-    def __init__(self, keys: Authenticator | KeyStore, upload_limit: int) -> None:
+    def __init__(self, keys: Authenticator | Keys, upload_limit: int) -> None:
         self.keys, self.upload_limit = keys, upload_limit
 
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiKey | None:

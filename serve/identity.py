@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from index.errors import AuthenticationError, GroundedError
 from index.store.tenants import validate_tenant
-from serve.keys import PREFIX, SCOPES, ApiKey, KeyStore
+from serve.keys import PREFIX, SCOPES, ApiKey, Keys
 
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 
@@ -85,7 +85,7 @@ class Authenticator:
     """The caller's identity from an ``Authorization: Bearer ...`` header: a Grounded API key
     (``gk-...``), else, when ``oidc`` is configured, the identity provider's token."""
 
-    def __init__(self, keys: KeyStore, oidc: OidcConfig | None = None) -> None:
+    def __init__(self, keys: Keys, oidc: OidcConfig | None = None) -> None:
         self.keys, self.oidc = keys, oidc
 
     def authenticate(self, authorization: str | None) -> ApiKey:

@@ -1,9 +1,11 @@
 """API keys: bearer secrets that map to one tenant and a set of scopes (DESIGN.md decision 5).
 
 Only the SHA-256 of each key is stored (keys are 256-bit random secrets, so a fast hash is
-enough), in ``<data_dir>/keys.json``, written atomically under a file lock so that several
-`grounded keys` commands and the running appliance never see a half-written file. The appliance
-re-reads the file when it changes, so a created or revoked key takes effect without a restart.
+enough): with several nodes in the ``keys`` store of the state server (``state.url``,
+serve/state.py), else in ``<data_dir>/keys.json``, written atomically under a file lock so that
+several `grounded keys` commands and the running appliance never see a half-written file. The
+appliance re-reads the file when it changes, so a created or revoked key takes effect without a
+restart.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from index.durable import write_atomic
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
 from serve.budgets import Budget
+from serve.state import StateConfig, open_database
 
 SCOPES = ("query", "ingest", "admin")
 DEFAULT_SCOPES = ("query", "ingest")
@@ -139,16 +142,7 @@ class KeyStore:
     ) -> tuple[ApiKey, str]:
         """A new key for ``tenant`` (used by ``user``, reading as ``groups``: documents
         restricted to them, index/access.py); the secret is returned once and never stored."""
-        validate_tenant(tenant)
-        groups = tuple(dict.fromkeys(g.strip() for g in groups if g.strip()))
-        named = [*([f"user:{user}"] if user else []), *(f"group:{g}" for g in groups)]
-        parse_access(named, param="user" if user and not groups else "groups")  # well formed
-        secret = PREFIX + secrets.token_urlsafe(32)
-        key = ApiKey(
-            id="key_" + secrets.token_hex(6), tenant=tenant, scopes=parse_scopes(scopes),
-            sha256=_digest(secret), name=name, created_at=time.time(), user=user or None,
-            groups=groups,
-        )  # fmt: skip
+        key, secret = new_key(tenant, scopes, name, user, groups)
         with self._locked():
             self._write([*self._read(), key])
         return key, secret
@@ -160,12 +154,10 @@ class KeyStore:
             keys = self._read()
             for index, key in enumerate(keys):
                 if key.id == key_id:
-                    kept = (key.budget or {}) if keep else {}
-                    limits = {**kept, **budget.model_dump(exclude_none=True)} or None
-                    keys[index] = replace(key, budget=limits)
+                    keys[index] = with_budget(key, budget, keep)
                     self._write(keys)
                     return keys[index]
-        raise InvalidRequestError(f"no API key with id {key_id!r}; see `grounded keys list`")
+        raise _no_key(key_id)
 
     def revoke(self, key_id: str) -> ApiKey:
         with self._locked():
@@ -176,7 +168,7 @@ class KeyStore:
                         keys[index] = replace(key, revoked_at=time.time())
                         self._write(keys)
                     return keys[index]
-        raise InvalidRequestError(f"no API key with id {key_id!r}; see `grounded keys list`")
+        raise _no_key(key_id)
 
     def _active_by_digest(self) -> dict[str, ApiKey]:
         try:
@@ -191,13 +183,131 @@ class KeyStore:
 
     def authenticate(self, authorization: str | None) -> ApiKey:
         """The key behind an ``Authorization: Bearer ...`` header, or AuthenticationError."""
-        scheme, _, secret = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
-            raise AuthenticationError(
-                "missing API key: send the header 'Authorization: Bearer <key>' "
-                "(create one with `grounded keys create --tenant <tenant>`)"
-            )
-        key = self._active_by_digest().get(_digest(secret.strip()))
-        if key is None:
-            raise AuthenticationError("unknown or revoked API key")
+        return _known(self._active_by_digest().get(_digest(bearer_secret(authorization))))
+
+
+def new_key(
+    tenant: str, scopes: Iterable[str], name: str, user: str | None, groups: Iterable[str]
+) -> tuple[ApiKey, str]:
+    """A new key and its secret (which is never stored)."""
+    validate_tenant(tenant)
+    groups = tuple(dict.fromkeys(g.strip() for g in groups if g.strip()))
+    named = [*([f"user:{user}"] if user else []), *(f"group:{g}" for g in groups)]
+    parse_access(named, param="user" if user and not groups else "groups")  # well formed
+    secret = PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(
+        id="key_" + secrets.token_hex(6), tenant=tenant, scopes=parse_scopes(scopes),
+        sha256=_digest(secret), name=name, created_at=time.time(), user=user or None,
+        groups=groups,
+    )  # fmt: skip
+    return key, secret
+
+
+def with_budget(key: ApiKey, budget: Budget, keep: bool) -> ApiKey:
+    kept = (key.budget or {}) if keep else {}
+    return replace(key, budget={**kept, **budget.model_dump(exclude_none=True)} or None)
+
+
+def bearer_secret(authorization: str | None) -> str:
+    scheme, _, secret = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise AuthenticationError(
+            "missing API key: send the header 'Authorization: Bearer <key>' "
+            "(create one with `grounded keys create --tenant <tenant>`)"
+        )
+    return secret.strip()
+
+
+def _known(key: ApiKey | None) -> ApiKey:
+    if key is None:
+        raise AuthenticationError("unknown or revoked API key")
+    return key
+
+
+def _no_key(key_id: str) -> InvalidRequestError:
+    return InvalidRequestError(f"no API key with id {key_id!r}; see `grounded keys list`")
+
+
+KEY_MIGRATIONS = (  # serve/state.py
+    """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, body TEXT NOT NULL, revoked BIGINT NOT NULL
+)
+""",
+)
+
+
+class DatabaseKeyStore:
+    """The keys of several nodes, in the ``keys`` store on the state server (serve/state.py):
+    one row per key, looked up by its digest on each request, so a created or revoked key
+    takes effect on every node at once."""
+
+    def __init__(self, data_dir: Path, state: StateConfig) -> None:
+        self.db = open_database(state, data_dir, "keys", KEY_MIGRATIONS)
+
+    @staticmethod
+    def _key(body: str) -> ApiKey:
+        item = json.loads(body)
+        return ApiKey(**{**item, "scopes": tuple(item["scopes"]),
+                         "groups": tuple(item.get("groups", ()))})  # fmt: skip
+
+    def _put(self, db, key: ApiKey) -> None:
+        db.execute(
+            "INSERT INTO api_keys VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "body = excluded.body, revoked = excluded.revoked",
+            (key.id, key.sha256, json.dumps(asdict(key)), int(not key.active)),
+        )
+
+    def list(self) -> list[ApiKey]:
+        with self.db.read() as db:
+            rows = db.execute("SELECT body FROM api_keys ORDER BY id").fetchall()
+        return sorted((self._key(body) for (body,) in rows), key=lambda k: k.created_at)
+
+    def create(
+        self,
+        tenant: str,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
+        name: str = "",
+        user: str | None = None,
+        groups: Iterable[str] = (),
+    ) -> tuple[ApiKey, str]:
+        key, secret = new_key(tenant, scopes, name, user, groups)
+        with self.db.transaction() as db:
+            self._put(db, key)
+        return key, secret
+
+    def _change(self, key_id: str, change) -> ApiKey:
+        with self.db.transaction(lock=f"key:{key_id}") as db:
+            row = db.execute("SELECT body FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise _no_key(key_id)
+            key = change(self._key(row[0]))
+            self._put(db, key)
         return key
+
+    def set_budget(self, key_id: str, budget: Budget, *, keep: bool = False) -> ApiKey:
+        return self._change(key_id, lambda key: with_budget(key, budget, keep))
+
+    def revoke(self, key_id: str) -> ApiKey:
+        return self._change(
+            key_id, lambda key: replace(key, revoked_at=time.time()) if key.active else key
+        )
+
+    def authenticate(self, authorization: str | None) -> ApiKey:
+        digest = _digest(bearer_secret(authorization))
+        with self.db.read() as db:
+            row = db.execute(
+                "SELECT body FROM api_keys WHERE sha256 = ? AND revoked = 0", (digest,)
+            ).fetchone()
+        return _known(self._key(row[0]) if row else None)
+
+
+Keys = KeyStore | DatabaseKeyStore  # the same methods: list, create, set_budget, revoke, ...
+
+
+def key_store(config) -> Keys:
+    """The appliance's keys (``config``: an AppConfig): ``<data_dir>/keys.json`` on one node,
+    the state server's ``keys`` store where ``state.url`` is set."""
+    if config.state.url:
+        return DatabaseKeyStore(config.data_dir, config.state)
+    return KeyStore(config.data_dir)

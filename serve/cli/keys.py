@@ -43,9 +43,9 @@ def keys_create(
     """Create a key and print it once (only its hash is stored). A key without the admin
     scope reads the tenant's documents open to everyone, and those restricted to its user or
     one of its groups (`grounded docs access`)."""
-    from serve.keys import KeyStore
+    from serve.keys import key_store
 
-    store = KeyStore(ctx.obj.config.data_dir)
+    store = key_store(ctx.obj.config)
     key, secret = _run(
         lambda: store.create(tenant, scopes.split(","), name, user, groups.split(","))
     )
@@ -60,9 +60,9 @@ def keys_create(
 @commands.command("list")
 def keys_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Keys with their tenant, scopes and state (never the secrets)."""
-    from serve.keys import KeyStore
+    from serve.keys import key_store
 
-    keys = _run(lambda: KeyStore(ctx.obj.config.data_dir).list())
+    keys = _run(lambda: key_store(ctx.obj.config).list())
     if as_json:
         _print_json({"keys": [_key_row(k) for k in keys]})
         return
@@ -92,9 +92,9 @@ def keys_budget(
     """Set a key's own limits (they apply on top of its tenant's budget from the config);
     the limits not given are kept. The running appliance applies them from the next request."""
     from serve.budgets import Budget
-    from serve.keys import KeyStore
+    from serve.keys import key_store
 
-    store = KeyStore(ctx.obj.config.data_dir)
+    store = key_store(ctx.obj.config)
     given = {
         "max_prompt_tokens": max_prompt_tokens, "max_completion_tokens": max_completion_tokens,
         "tokens_per_minute": tokens_per_minute, "tokens_per_day": tokens_per_day,
@@ -118,9 +118,9 @@ def keys_revoke(
     as_json: JsonOpt = False,
 ) -> None:
     """Revoke a key; the running appliance refuses it from its next request."""
-    from serve.keys import KeyStore
+    from serve.keys import key_store
 
-    key = _run(lambda: KeyStore(ctx.obj.config.data_dir).revoke(key_id))
+    key = _run(lambda: key_store(ctx.obj.config).revoke(key_id))
     if as_json:
         _print_json(_key_row(key))
         return

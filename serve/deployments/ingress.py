@@ -15,7 +15,7 @@ from serve.gateway import Gateway
 from serve.generator import ChatTokenizer
 from serve.guard import RequestGuard
 from serve.identity import Authenticator
-from serve.keys import KeyStore
+from serve.keys import key_store
 from serve.query.pipeline import QueryPipeline
 from serve.tenant_shards import TenantShards
 from serve.tracing import setup_tracing
@@ -30,7 +30,7 @@ class Ingress:
     def __init__(self, config: AppConfig, embedder, shards, generators: dict, reranker=None):
         """``generators``: model name -> (its model folder, its deployment's handle)."""
         setup_tracing(config.serve.tracing)
-        keys = Authenticator(KeyStore(config.data_dir), config.auth.oidc)
+        keys = Authenticator(key_store(config), config.auth.oidc)
         settings = config.generator.configs()
         remote = {
             name: RemoteGenerator(ChatTokenizer.from_folder(folder), handle,

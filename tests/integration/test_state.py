@@ -131,3 +131,24 @@ def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
         one.get("acme", None, "resp_1")
     one.close()
     two.close()
+
+
+def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres, tmp_path):
+    from index.errors import AuthenticationError, InvalidRequestError
+    from serve.config import AppConfig
+    from serve.keys import DatabaseKeyStore, key_store
+
+    config = AppConfig(data_dir=tmp_path, state=StateConfig(url=postgres.url))
+    cli, node = key_store(config), key_store(config)
+    assert isinstance(cli, DatabaseKeyStore)
+    key, secret = cli.create("acme", ["query"], name="ci", user="ana", groups=["hr"])
+    assert node.authenticate(f"Bearer {secret}") == key  # every field, through JSON and back
+    assert cli.set_budget(key.id, Budget(tokens_per_day=500)).limits.tokens_per_day == 500
+    assert node.authenticate(f"Bearer {secret}").limits.tokens_per_day == 500
+    assert [k.id for k in node.list()] == [key.id]
+    assert cli.revoke(key.id).revoked_at is not None
+    with pytest.raises(AuthenticationError):
+        node.authenticate(f"Bearer {secret}")  # revoked everywhere, at once
+    with pytest.raises(InvalidRequestError, match="no API key with id 'key_nope'"):
+        cli.revoke("key_nope")
+    assert not (tmp_path / "keys.json").exists()  # nothing of it on the node's disk
