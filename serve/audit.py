@@ -7,31 +7,28 @@ the documents retrieved and those cited, and whether it abstained. ``grounded au
 the trail by tenant, user, document and time and writes it as JSON lines.
 
 The trail is append-only (entries are never changed; those older than ``audit.retention_days``
-are dropped) and as durable as the usage ledger: one SQLite database in WAL mode with
-``synchronous=FULL``, each entry committed before the request it records is answered.
+are dropped) and durable: one SQLite database in WAL mode with ``synchronous=FULL`` (or, with
+several nodes, the ``audit`` store of the state server: serve/state.py), each entry committed
+before the request it records is answered.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from serve.state import StateConfig, open_database
+
 DB_NAME = "audit.sqlite"
 DAY = 86_400
 PRUNE_EVERY = 1_000  # entries appended between two retention passes
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    at        REAL NOT NULL,           -- unix time
+_COLUMNS = """
     tenant    TEXT NOT NULL,
     identity  TEXT NOT NULL,           -- user:<name>, or key:<id>
     key_id    TEXT NOT NULL,
@@ -42,8 +39,20 @@ CREATE TABLE IF NOT EXISTS audit (
     cited     TEXT NOT NULL,           -- JSON list of document ids the answer cites
     abstained INTEGER                  -- 1 "not found", 0 answered, NULL not an answer
 );
-CREATE INDEX IF NOT EXISTS audit_tenant_at ON audit(tenant, at);
+CREATE INDEX IF NOT EXISTS audit_tenant_at ON audit(tenant, at)
 """
+MIGRATIONS = {  # serve/state.py; ids in order of appending, as each dialect makes them
+    "sqlite": ("CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+               "at REAL NOT NULL," + _COLUMNS,),
+    "postgresql": ("CREATE TABLE IF NOT EXISTS audit (id BIGSERIAL PRIMARY KEY, "
+                   "at DOUBLE PRECISION NOT NULL," + _COLUMNS,),
+}  # fmt: skip
+# An entry that retrieved or cited a document, in each dialect's JSON.
+_MENTIONS = {
+    "sqlite": "(EXISTS (SELECT 1 FROM json_each(retrieved) WHERE value = ?)"
+    " OR EXISTS (SELECT 1 FROM json_each(cited) WHERE value = ?))",
+    "postgresql": "(jsonb_exists(retrieved::jsonb, ?) OR jsonb_exists(cited::jsonb, ?))",
+}
 
 
 class AuditConfig(BaseModel):
@@ -71,27 +80,28 @@ class AuditEntry:
 
 class AuditLog:
     def __init__(
-        self, data_dir: Path, config: AuditConfig, clock: Callable[[], float] = time.time
+        self,
+        data_dir: Path,
+        config: AuditConfig,
+        clock: Callable[[], float] = time.time,
+        state: StateConfig | None = None,
     ) -> None:
-        self.path, self.config, self._clock = Path(data_dir) / DB_NAME, config, clock
-        self._lock = threading.Lock()
+        """``state``: where the store is (default: ``<data_dir>/audit.sqlite``, each entry on
+        disk before ``append`` returns)."""
+        self.config, self._clock = config, clock
         self._appended = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
+        self.db = open_database(state or StateConfig(), data_dir, "audit", MIGRATIONS,
+                                synchronous="FULL")  # fmt: skip
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+    def close(self) -> None:
+        self.db.close()
 
     def append(self, entry: AuditEntry) -> None:
         """Record ``entry``, committed (and on disk) when this returns."""
         if not self.config.enabled:
             return
         question = entry.question if self.config.store_questions else None
-        with self._lock, closing(self._connect()) as db:
+        with self.db.transaction() as db:
             db.execute(
                 "INSERT INTO audit(at, tenant, identity, key_id, groups, endpoint, question,"
                 " retrieved, cited, abstained) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -126,15 +136,16 @@ class AuditLog:
                 sql += f" AND {clause}"
                 params += [f"user:{value}", value] if "identity" in clause else [value]
         if document is not None:
-            sql += " AND (EXISTS (SELECT 1 FROM json_each(retrieved) WHERE value = ?)"
-            sql += " OR EXISTS (SELECT 1 FROM json_each(cited) WHERE value = ?))"
+            sql += " AND " + _MENTIONS[self.db.dialect]
             params += [document, document]
-        with closing(self._connect()) as db:
-            db.row_factory = sqlite3.Row
-            for row in db.execute(sql + " ORDER BY id", params):
-                entry = dict(row)
-                for field in ("groups", "retrieved", "cited"):
-                    entry[field] = json.loads(entry[field])
-                if entry["abstained"] is not None:
-                    entry["abstained"] = bool(entry["abstained"])
-                yield entry
+        with self.db.read() as db:
+            cursor = db.execute(sql + " ORDER BY id", params)
+            names = [column[0] for column in cursor.description]
+            rows = cursor.fetchall()
+        for row in rows:
+            entry = dict(zip(names, row, strict=True))
+            for field in ("groups", "retrieved", "cited"):
+                entry[field] = json.loads(entry[field])
+            if entry["abstained"] is not None:
+                entry["abstained"] = bool(entry["abstained"])
+            yield entry

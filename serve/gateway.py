@@ -77,7 +77,7 @@ class Gateway:
         # The name /v1/models lists the embedder under, and /v1/embeddings accepts.
         self.embedding_model = Path(config.index.embedder.model).name
         self.responses = ResponseStore(config.data_dir, config.state)
-        self.audit = AuditLog(config.data_dir, config.audit)
+        self.audit = AuditLog(config.data_dir, config.audit, state=config.state)
         prices = {name: e.prices for name, e in config.generator.models.items() if e.prices}
         self.ledger = Ledger(config.data_dir, config.budgets, model_prices=prices,
                              state=config.state)  # fmt: skip

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,15 +84,26 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
+Migrations = Sequence[str] | Mapping[str, Sequence[str]]
+
+
 def open_database(
-    config: StateConfig, data_dir: Path, name: str, migrations: Sequence[str]
+    config: StateConfig,
+    data_dir: Path,
+    name: str,
+    migrations: Migrations,
+    synchronous: str = "NORMAL",
 ) -> Database:
     """Store ``name``'s database (``<data_dir>/<name>.sqlite``, or schema ``name`` on the
-    PostgreSQL server), with ``migrations`` applied: SQL scripts, each run once, in order."""
+    PostgreSQL server), with ``migrations`` applied: SQL scripts, each run once, in order (by
+    dialect where they differ: {"sqlite": ..., "postgresql": ...}). ``synchronous``: SQLite's
+    setting (FULL: each commit on disk before it returns; PostgreSQL's commits always are)."""
     if config.url:
         url = config.url.get_secret_value()
-        return PostgresDatabase(url, name, migrations, config.connect_timeout_s)
-    return SqliteDatabase(Path(data_dir) / f"{name}.sqlite", migrations)
+        steps = migrations["postgresql"] if isinstance(migrations, Mapping) else migrations
+        return PostgresDatabase(url, name, steps, config.connect_timeout_s)
+    steps = migrations["sqlite"] if isinstance(migrations, Mapping) else migrations
+    return SqliteDatabase(Path(data_dir) / f"{name}.sqlite", steps, synchronous)
 
 
 def _statements(script: str) -> list[str]:
@@ -105,14 +116,16 @@ class SqliteDatabase:
 
     dialect = "sqlite"
 
-    def __init__(self, path: Path, migrations: Sequence[str]) -> None:
+    def __init__(self, path: Path, migrations: Sequence[str], synchronous: str = "NORMAL") -> None:
         self.path = path
         self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous is NORMAL or FULL, not {synchronous!r}")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
         with self.transaction() as db:  # user_version counts the migrations applied
             (applied,) = db.execute("PRAGMA user_version").fetchone()
             for version, script in enumerate(migrations[applied:], start=applied + 1):

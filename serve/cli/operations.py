@@ -149,10 +149,10 @@ def audit(
     now = time.time()
     start = _run(lambda: parse_since(since, now)) if since else None
     end = _run(lambda: parse_since(until, now)) if until else None
-    if not (config.data_dir / DB_NAME).exists():
+    if not config.state.url and not (config.data_dir / DB_NAME).exists():
         err.print("no audit entries recorded yet")
         return
-    log = AuditLog(config.data_dir, config.audit)
+    log = AuditLog(config.data_dir, config.audit, state=config.state)
     for entry in log.entries(tenant, user, document, start, end):
         print(json.dumps(entry, ensure_ascii=False))
 
@@ -180,8 +180,9 @@ def backup_command(
     tenants = ", ".join(f"{t.tenant} ({t.documents} documents)" for t in manifest.tenants)
     out.print(f"backed up into {dest}: tenants {tenants or 'none'}; {len(manifest.files)} files")
     if config.state.url:  # not in the data directory: the database server's own tools copy it
-        err.print("the usage ledger and stored responses are on the PostgreSQL server of "
-                  "state.url, not in this backup: back that database up with pg_dump")  # fmt: skip
+        err.print("the API keys, usage ledger, stored responses and audit trail are on the "
+                  "PostgreSQL server of state.url, not in this backup: back that database up "
+                  "with pg_dump")  # fmt: skip
 
 
 @commands.command("restore")

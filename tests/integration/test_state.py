@@ -152,3 +152,23 @@ def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres
     with pytest.raises(InvalidRequestError, match="no API key with id 'key_nope'"):
         cli.revoke("key_nope")
     assert not (tmp_path / "keys.json").exists()  # nothing of it on the node's disk
+
+
+def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):
+    from serve.audit import AuditConfig, AuditEntry, AuditLog
+
+    state, now = StateConfig(url=postgres.url), [NOW]
+    one = AuditLog("/nonexistent", AuditConfig(), clock=lambda: now[0], state=state)
+    two = AuditLog("/nonexistent", AuditConfig(), clock=lambda: now[0], state=state)
+    one.append(AuditEntry("audited", "user:ana", "k1", ("hr",), "chat", "Leave?",
+                          ("doc_a", "doc_b"), ("doc_a",), False))  # fmt: skip
+    now[0] += 1
+    two.append(AuditEntry("audited", "key:k2", "k2", (), "files", retrieved=("doc_c",)))
+    trail = list(one.entries(tenant="audited"))
+    assert [e["identity"] for e in trail] == ["user:ana", "key:k2"]  # both nodes, in order
+    assert trail[0]["groups"] == ["hr"] and trail[0]["abstained"] is False
+    assert [e["key_id"] for e in two.entries(tenant="audited", document="doc_a")] == ["k1"]
+    assert [e["key_id"] for e in two.entries(tenant="audited", document="doc_c")] == ["k2"]
+    assert [e["key_id"] for e in two.entries(user="ana", since=NOW, until=NOW + 1)] == ["k1"]
+    one.close()
+    two.close()
