@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ from typing import Any
 from index.access import KEEP
 from index.durable import write_atomic
 from index.errors import DocumentNotFoundError, GroundedError
+from index.store.collection_types import UNSET, FileSpec
+from index.store.collections import MUTATIONS, VectorStoreCatalog, random_id
 from serve.state import StateConfig, open_database
 
 NOW = "CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"  # the server's clock
@@ -46,7 +50,7 @@ CREATE TABLE IF NOT EXISTS shard_log (
 CREATE INDEX IF NOT EXISTS shard_log_by_tenant ON shard_log (tenant, seq)
 """,
 )
-OPS = ("upload", "delete", "set_access")
+OPS = ("upload", "delete", "set_access", "catalog")
 
 
 class ShardOwnedElsewhereError(GroundedError):
@@ -56,7 +60,7 @@ class ShardOwnedElsewhereError(GroundedError):
     type = "service_unavailable"
     code = "shard_owned_elsewhere"
 
-    def __init__(self, message: str, retry_after: float) -> None:
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:  # Ray re-raises it
         super().__init__(message)
         self.retry_after = retry_after
 
@@ -141,8 +145,7 @@ class ShardOwners:
         stays, with its token: the next owner's is still larger."""
         with self.db.transaction() as db:
             db.execute(
-                "UPDATE shard_owners SET expires = 0 WHERE tenant = ? AND holder = ? "
-                "AND token = ?",
+                "UPDATE shard_owners SET expires = 0 WHERE tenant = ? AND holder = ? AND token = ?",
                 (lease.tenant, lease.holder, lease.token),
             )
 
@@ -212,6 +215,48 @@ def upload_entry(file_name: str, access: Any = KEEP) -> dict[str, Any]:
     return {"file_name": file_name, "access": access}
 
 
+def catalog_entry(method: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A vector-store catalog change, with what makes its replay exact: the time it ran at
+    and the ids it gives what it creates."""
+    if method not in MUTATIONS:
+        raise ValueError(f"{method!r} does not change the catalog; one of {MUTATIONS}")
+    return {"method": method, "args": _encode(list(args)), "kwargs": _encode(kwargs),
+            "now": time.time(), "ids": {p: random_id(p) for p in ("vs_", "vsfb_")}}  # fmt: skip
+
+
+def catalog_of(shard, meta: dict[str, Any]) -> tuple[VectorStoreCatalog, tuple, dict]:
+    """The catalog as ``meta`` (a catalog_entry) ran it, and the call's arguments."""
+    catalog = VectorStoreCatalog(shard, clock=lambda: meta["now"], new_id=meta["ids"].__getitem__)
+    return catalog, tuple(_decode(meta["args"])), _decode(meta["kwargs"])
+
+
+def _encode(value: Any) -> Any:
+    """Catalog arguments as JSON: FileSpec and UNSET tagged, tuples as lists."""
+    if value is UNSET:
+        return {"$unset": True}
+    if isinstance(value, FileSpec):
+        return {"$file": [value.doc_id, _encode(value.attributes),
+                          _encode(value.chunking_strategy)]}  # fmt: skip
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.keys() == {"$unset"}:
+            return UNSET
+        if value.keys() == {"$file"}:
+            doc_id, attributes, strategy = value["$file"]
+            return FileSpec(doc_id, _decode(attributes), _decode(strategy))
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
 def apply_entry(entry: LogEntry, ingest: Callable, shard) -> None:
     """Apply one logged write to a local shard copy: ``ingest(file_name, data, access)``
     ingests an upload (the replica's own ingestion: parse, chunk, embed, store). A document
@@ -221,6 +266,11 @@ def apply_entry(entry: LogEntry, ingest: Callable, shard) -> None:
     access = tuple(access) if isinstance(access, list) else access  # JSON keeps tuples as lists
     if entry.op == "upload":
         ingest(meta["file_name"], entry.data, access)
+        return
+    if entry.op == "catalog":  # refused (a 4xx) as when it ran, or applied before: skipped
+        catalog, args, kwargs = catalog_of(shard, meta)
+        with contextlib.suppress(GroundedError, sqlite3.IntegrityError):
+            getattr(catalog, meta["method"])(*args, **kwargs)
         return
     with contextlib.suppress(DocumentNotFoundError):
         if entry.op == "delete":

@@ -41,6 +41,11 @@ class StateConfig(BaseModel):
         "the password out of the file). None: SQLite files in the data directory (one node).",
     )
     connect_timeout_s: float = Field(10.0, gt=0)
+    shard_lease_s: float = Field(
+        15.0, gt=0,
+        description="How long a Shards replica owns a tenant's shard without renewing (every "
+        "third of it): the longest a tenant waits for a new owner after its node dies.",
+    )  # fmt: skip
 
     @field_validator("url")
     @classmethod

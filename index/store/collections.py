@@ -58,6 +58,13 @@ from index.store.shard import TenantShard
 
 MAX_FILES_PER_CALL = 2000  # OpenAI's file-batch limit
 FileRef = str | FileSpec
+# The operations that change the catalog (``touch`` only moves an activity time).
+MUTATIONS = ("create_store", "update_store", "delete_store", "attach", "create_batch",
+             "update_store_file_attributes", "detach")  # fmt: skip
+
+
+def random_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(12)
 
 
 class VectorStoreCatalog:
@@ -65,9 +72,18 @@ class VectorStoreCatalog:
     call from threads (each is one transaction under the shard's lock); results are frozen,
     picklable dataclasses. The clock is injected for expiry tests."""
 
-    def __init__(self, shard: TenantShard, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        shard: TenantShard,
+        *,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[str], str] | None = None,
+    ) -> None:
+        """``new_id(prefix)``: the id of a new store ("vs_") or batch ("vsfb_"); random by
+        default (given, with the clock, to replay a logged operation exactly)."""
         self.shard = shard
         self._clock = clock
+        self._new_id = new_id or random_id
 
     # -- stores ----------------------------------------------------------------------------------
 
@@ -84,7 +100,7 @@ class VectorStoreCatalog:
         name, meta = validate_name(name or ""), validate_metadata(metadata)
         expiry, now = validate_expiry(expires_after), self._now()
         with self._write() as db:
-            store_id = "vs_" + secrets.token_hex(12)
+            store_id = self._new_id("vs_")
             db.execute(
                 "INSERT INTO vector_stores(id, name, metadata, expires_after, created_at,"
                 " last_active_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -202,7 +218,7 @@ class VectorStoreCatalog:
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
-            batch_id = "vsfb_" + secrets.token_hex(12)
+            batch_id = self._new_id("vsfb_")
             db.execute(
                 "INSERT INTO vector_store_batches(id, store_id, created_at, status)"
                 " VALUES (?, ?, ?, 'completed')",

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,11 @@ from index.access import KEEP
 from index.errors import (
     DocumentNotFoundError,
     EmbedderChangedError,
+    GroundedError,
 )
 from index.pipeline import IngestResult, SourceFile, doc_id_for
 from index.service import IndexService
-from index.store.collections import VectorStoreCatalog
+from index.store.collections import MUTATIONS, VectorStoreCatalog
 from index.store.shard import TenantShard
 from index.store.uploads import Uploads
 from index.types import SearchHit
@@ -29,6 +31,16 @@ from serve.config import AppConfig
 from serve.deployments.embedder import HandleEmbedder
 from serve.metrics import metrics
 from serve.query.retrieval import PrecomputedQuery, SearchParams, for_embedder, search_shard
+from serve.shard_owners import (
+    LeaseLostError,
+    Replayed,
+    ShardLease,
+    ShardOwners,
+    catalog_entry,
+    catalog_of,
+    replay,
+    upload_entry,
+)
 from serve.tenant_shards import check_catalog_operation
 
 log = logging.getLogger("grounded")
@@ -36,9 +48,14 @@ log = logging.getLogger("grounded")
 
 class Shards:
     """Tenant shards, loaded on demand per tenant (Serve model multiplexing, LRU eviction).
-    Writes for a tenant go through the replica that holds its shard, so its readers see them;
-    SQLite stays the source of truth across replicas (a shard notices another writer's
-    commits and reloads its vectors)."""
+    Writes for a tenant go through the replica that holds its shard, so its readers see them.
+
+    One node: the shards are in the data directory, and SQLite stays the source of truth
+    across replicas (a shard notices another writer's commits and reloads its vectors).
+    Several nodes (``state.url``): each replica keeps its shards on its node's disk
+    (``<data_dir>/nodes/<Ray node id>``), owns a tenant's shard under a lease on the state
+    server, logs each write there before applying it, and replays the log when it takes a
+    tenant over (serve/shard_owners.py)."""
 
     def __init__(self, config: AppConfig, embedder) -> None:
         self.config = config
@@ -46,6 +63,12 @@ class Shards:
         self.service: IndexService | None = None
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
         self.ingesting: dict[tuple[str, str], asyncio.Task] = {}  # (tenant, file id) -> task
+        self.owners = None
+        self.leases: dict[str, ShardLease] = {}  # tenant -> this replica's lease (several nodes)
+        self.writing: dict[str, asyncio.Lock] = {}  # tenant -> its writes, one at a time
+        self._renewing: asyncio.Task | None = None
+        if config.state.url:
+            self.owners = ShardOwners(config.state, config.state.shard_lease_s)
 
         # LRU of open shards per replica; the size comes from config, so wrap at run time.
         async def load(tenant: str) -> TenantShard:  # Serve marks the function it wraps
@@ -62,24 +85,123 @@ class Shards:
 
             remote = Embedders(self.config.index, lambda c: HandleEmbedder(self.embedder, c))
             judge = instruction_judge(self.config.index.screen, self.config.query.rerank)
-            service = IndexService(self.config.index, self.config.data_dir, embedders=remote,
+            service = IndexService(self.config.index, self._shard_root(), embedders=remote,
                                    instruction_judge=judge)  # fmt: skip
             self.service = await asyncio.to_thread(service.start)
         return self.service
+
+    def _shard_root(self) -> Path:
+        """Where this replica's shards live: the data directory, or with several nodes its
+        node's own folder in it (on that node's disk)."""
+        if self.owners is None:
+            return self.config.data_dir
+        import ray
+
+        return self.config.data_dir / "nodes" / ray.get_runtime_context().get_node_id()
 
     async def _load_shard(self, tenant: str) -> TenantShard:
         service = await self._service()
         shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
-        for upload in await asyncio.to_thread(Uploads(shard).unfinished):
-            if upload.status == "in_progress":  # interrupted by a restart: resumed here
-                self._ingest_upload(shard, tenant, upload.doc_id)
+        if self.owners is None:  # several nodes: resumed once the shard is owned (_own)
+            self._resume_uploads(shard, tenant)
         metrics().shards_loaded.set(len(self.loaded))
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return shard
 
+    def _resume_uploads(self, shard: TenantShard, tenant: str) -> None:
+        for upload in Uploads(shard).unfinished():
+            if upload.status == "in_progress":  # interrupted by a restart: resumed here
+                self._ingest_upload(shard, tenant, upload.doc_id)
+
     async def _shard(self) -> TenantShard:
-        return await self.get_shard(serve.get_multiplexed_model_id())
+        tenant = serve.get_multiplexed_model_id()
+        shard = await self.get_shard(tenant)
+        if self.owners is not None and tenant not in self.leases:
+            async with self.writing.setdefault(tenant, asyncio.Lock()):
+                if tenant not in self.leases:
+                    await self._own(shard, tenant)
+        return shard
+
+    async def _own(self, shard: TenantShard, tenant: str) -> None:
+        """Take the tenant's lease (ShardOwnedElsewhereError, a 503, while another replica
+        holds it) and bring this node's copy up to the tenant's log."""
+        import ray
+
+        holder = serve.get_replica_context().replica_id.unique_id
+        node = ray.get_runtime_context().get_node_id()
+        lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
+        started = time.perf_counter()
+        applied = await asyncio.to_thread(replay, self.owners, tenant, Replayed(shard.directory),
+                                          self._replayed_upload(shard, tenant), shard)  # fmt: skip
+        if applied:
+            log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
+                     time.perf_counter() - started)  # fmt: skip
+        self.leases[tenant] = lease
+        self._resume_uploads(shard, tenant)
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.get_running_loop().create_task(self._renew())
+
+    def _replayed_upload(self, shard: TenantShard, tenant: str):
+        """A logged upload, applied as it was when it came (kept, then ingested), in the
+        replaying thread; a refusal or failure is kept as it was the first time."""
+
+        def ingest(file_name: str, data: bytes, access) -> None:
+            doc_id = doc_id_for(f"upload:{tenant}:{file_name}")
+            Uploads(shard).store(doc_id, file_name, data, access)
+            try:
+                result, _ = self._ingest_stored(shard, tenant, doc_id)
+            except Exception:  # recorded on the upload, as when it first ran
+                log.warning("replaying %s for %r failed", file_name, tenant, exc_info=True)
+                return
+            if result.status == "refused":
+                Uploads(shard).forget(doc_id)
+
+        return ingest
+
+    async def _renew(self) -> None:
+        """Renew this replica's leases every third of their length; a lease lost (the
+        replica paused past it, or the server unreachable that long) is dropped, and the
+        tenant's next request takes it again or is told another replica holds it."""
+        while self.leases:
+            await asyncio.sleep(self.owners.lease_s / 3)
+            for tenant, lease in list(self.leases.items()):
+                if tenant not in self.loaded:  # evicted: left to run out for the next owner
+                    self.leases.pop(tenant, None)
+                    continue
+                try:
+                    self.leases[tenant] = await asyncio.to_thread(self.owners.renew, lease)
+                except GroundedError as exc:  # LeaseLostError, StateUnavailableError
+                    log.warning("lease on tenant %r lost: %s", tenant, exc)
+                    self.leases.pop(tenant, None)
+
+    async def _logged(self, tenant: str, op: str, meta: dict, data: bytes | None = None):
+        """With several nodes, log a write on the state server before it is applied (fenced
+        by this replica's lease): the caller holds the tenant's writing lock, applies the
+        write, then records its position. None on one node."""
+        if self.owners is None:
+            return None
+        try:
+            return await asyncio.to_thread(self.owners.append, self.leases[tenant], op, meta, data)
+        except LeaseLostError:
+            self.leases.pop(tenant, None)
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _write(self, shard: TenantShard, tenant: str, op: str, meta: dict, data=None):
+        """One write to the tenant's shard: logged first (several nodes), then applied by
+        the body, then its log position recorded; one at a time per tenant."""
+        if self.owners is None:
+            yield
+            return
+        async with self.writing.setdefault(tenant, asyncio.Lock()):
+            seq = await self._logged(tenant, op, meta, data)
+            try:
+                yield
+            except GroundedError:  # refused (a 4xx): it is refused again when replayed
+                await asyncio.to_thread(Replayed(shard.directory).set, seq)
+                raise
+            await asyncio.to_thread(Replayed(shard.directory).set, seq)
 
     async def embedder_model(self) -> str:
         """The model id the calling tenant's shard was built with (its queries need it)."""
@@ -113,7 +235,8 @@ class Shards:
         shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
         doc_id = doc_id_for(f"upload:{tenant}:{file_name}")
         uploads = Uploads(shard)
-        await asyncio.to_thread(uploads.store, doc_id, file_name, data, access)
+        async with self._write(shard, tenant, "upload", upload_entry(file_name, access), data):
+            await asyncio.to_thread(uploads.store, doc_id, file_name, data, access)
         task = self._ingest_upload(shard, tenant, doc_id)
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:
@@ -222,19 +345,28 @@ class Shards:
         return "text", await asyncio.to_thread(shard.document_text, doc_id)
 
     async def set_access(self, doc_id: str, access) -> None:
-        shard = await self._shard()
-        await asyncio.to_thread(shard.set_access, doc_id, access)
+        shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
+        if self.owners is not None:  # a 404 is not logged
+            await asyncio.to_thread(shard.get_document, doc_id)
+        async with self._write(shard, tenant, "set_access", {"doc_id": doc_id, "access": access}):
+            await asyncio.to_thread(shard.set_access, doc_id, access)
 
     async def delete(self, doc_id: str) -> None:
-        shard = await self._shard()
-        await asyncio.to_thread(shard.delete_document, doc_id)
+        shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
+        async with self._write(shard, tenant, "delete", {"doc_id": doc_id}):
+            await asyncio.to_thread(shard.delete_document, doc_id)
 
     async def catalog(self, operation, *args: Any, **kwargs: Any) -> Any:
         """One VectorStoreCatalog method (index/store/collections.py) on the calling
         tenant's shard: the vector stores live in its database (serve/tenant_shards.py)."""
         check_catalog_operation(operation)
-        shard = await self._shard()
-        return await asyncio.to_thread(operation, VectorStoreCatalog(shard), *args, **kwargs)
+        shard, tenant = await self._shard(), serve.get_multiplexed_model_id()
+        if self.owners is None or operation.__name__ not in MUTATIONS:
+            return await asyncio.to_thread(operation, VectorStoreCatalog(shard), *args, **kwargs)
+        meta = catalog_entry(operation.__name__, args, kwargs)  # replayed exactly: time, ids
+        async with self._write(shard, tenant, "catalog", meta):
+            catalog, args, kwargs = catalog_of(shard, meta)
+            return await asyncio.to_thread(operation, catalog, *args, **kwargs)
 
     async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
         shard = await self._shard()

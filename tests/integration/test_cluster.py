@@ -1,12 +1,13 @@
 """Scale-out on a Ray cluster of several nodes, simulated on one machine with Ray's cluster
-utilities (each node its own raylet with its own resources). The data directory stands for the
-shared volume every node mounts.
+utilities (each node its own raylet with its own resources), sharing state as several nodes
+do: on a PostgreSQL server (state.url), each node's shards in its own folder (its own disk).
 
 Two shard replicas are pinned to two worker nodes (custom resource "shards": 1 each); the
 ingress, embedder and generator stay on the head. Tenants spread over the shard replicas (Serve
-multiplexing sends a new tenant to the replica with the fewest loaded); when a node is removed,
-its tenants are served by the surviving replica, which opens their shard from the shared
-volume."""
+multiplexing sends a new tenant to the replica with the fewest loaded), each owning its
+tenants' shards under a lease; when a node is removed, the surviving replica takes its tenants
+over once their leases end, and rebuilds their shards on its own disk from the logged writes
+(serve/shard_owners.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import openai
 import pytest
 
 from serve.config import load_config
-from serve.keys import KeyStore
+from serve.keys import key_store
 from tests.appliances import free_port
 from tests.conftest import CORPUS, use_engine_environment
 from tests.tiny_model import build_tiny_model
@@ -26,7 +27,7 @@ TENANTS = ("acme", "globex")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, postgres):
     from ray.cluster_utils import Cluster
 
     root = tmp_path_factory.mktemp("cluster")
@@ -39,7 +40,8 @@ def cluster(tmp_path_factory):
     on_head = {"num_cpus": 0.1, "resources": {"head": 1}, "max_ongoing_requests": 16}
     config = load_config(
         None,
-        data_dir=root / "shared-volume",
+        data_dir=root / "data",
+        state={"url": postgres.url, "shard_lease_s": 6.0},
         generator={"model": str(model), "max_model_len": 1024, "max_tokens": 4,
                    "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
                                      "kv_cache_memory_bytes": 128 * 2**20}},
@@ -48,12 +50,12 @@ def cluster(tmp_path_factory):
                                "shards": {"num_replicas": 2, "num_cpus": 0.1,
                                           "resources": {"shards": 1}}}},
     )  # fmt: skip
-    secrets = {t: KeyStore(config.data_dir).create(t, ["query", "ingest"])[1] for t in TENANTS}
+    secrets = {t: key_store(config).create(t, ["query", "ingest"])[1] for t in TENANTS}
     from serve import up
 
     running = up.start(config, address=cluster.address, dashboard=False, timeout_s=300)
     try:
-        yield cluster, workers, running, secrets
+        yield cluster, workers, running, secrets, config
     finally:
         import ray
 
@@ -72,7 +74,7 @@ def placement(tenant: str) -> dict:
 
 
 def test_tenants_are_served_from_shard_replicas_on_different_nodes(cluster):
-    _, workers, running, secrets = cluster
+    _, workers, running, secrets, _ = cluster
     for tenant in TENANTS:
         api = openai.OpenAI(base_url=running.api_url, api_key=secrets[tenant], max_retries=0)
         for path in sorted((CORPUS / tenant).iterdir()):
@@ -85,7 +87,7 @@ def test_tenants_are_served_from_shard_replicas_on_different_nodes(cluster):
 
 
 def test_a_tenant_keeps_answering_from_another_replica_when_its_node_is_removed(cluster):
-    ray_cluster, workers, running, secrets = cluster
+    ray_cluster, workers, running, secrets, config = cluster
     api = openai.OpenAI(base_url=running.api_url, api_key=secrets["acme"], max_retries=0)
     before = api.vector_stores.search("acme", query="annual leave days")
     assert before.data
@@ -102,9 +104,12 @@ def test_a_tenant_keeps_answering_from_another_replica_when_its_node_is_removed(
             pass
         time.sleep(1)
     assert after is not None and after.data
-    assert after.data[0].file_id == before.data[0].file_id  # the same shard, from the volume
+    assert after.data[0].file_id == before.data[0].file_id  # the same shard, from the log
     now = placement("acme")
     assert now["node_id"] != node_id and "acme" in now["tenants"]
+    rebuilt = config.data_dir / "nodes" / now["node_id"] / "tenants" / "acme"
+    assert rebuilt.is_dir()  # on the surviving node's own disk
+    assert not (config.data_dir / "tenants").exists()  # nothing shared but the server
     answer = api.chat.completions.create(
         model="grounded", messages=[{"role": "user", "content": "annual leave days"}]
     )
