@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from index.errors import GroundedError
+from index.errors import GroundedError, InvalidRequestError
 from index.service import IndexService
 from serve.config import AppConfig
 
@@ -47,6 +47,17 @@ class _State:
     service: IndexService | None = None
 
     def index(self) -> IndexService:
+        """The data directory's shards, in this process. Not with several nodes: there each
+        shard is owned by a Shards replica, which logs its writes (serve/shard_owners.py);
+        a copy here would miss them, and writes here would be lost to the other nodes."""
+        if self.config.state.url:
+            raise InvalidRequestError(
+                "this config shares state between nodes (state.url): tenants' documents are "
+                "owned by the running appliance's Shards replicas, so this command cannot work "
+                "on them here; use the HTTP API (POST /v1/files, GET /v1/files, "
+                "/v1/vector_stores) or the same command against a one-node config",
+                param="state.url",
+            )
         if self.service is None:
             from serve.query.instruction_judge import instruction_judge
 

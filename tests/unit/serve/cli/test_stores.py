@@ -158,3 +158,16 @@ def test_an_unknown_tenant_and_a_bad_attribute_are_refused(data_dir):
                    "--attr", "novalue", code=2)  # fmt: skip
     assert "'novalue': use KEY=VALUE" in bad.stderr
     assert as_json(data_dir, "stores", "show", "-t", "acme", store_id)["files"] == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("stores", "list", "-t", "acme"), ("docs", "-t", "acme"), ("ingest", "-t", "acme", ".")],
+)
+def test_with_several_nodes_the_shard_commands_point_at_the_api(data_dir, monkeypatch, command):
+    """With state.url the shards are the Shards replicas' (serve/shard_owners.py): a copy in
+    this process would miss their writes, and its writes would be lost to the other nodes."""
+    monkeypatch.setenv("GROUNDED_STATE__URL", "postgresql://grounded@db.internal:5432/grounded")
+    result = grounded(data_dir, *command, code=1)
+    assert "shares state between nodes (state.url)" in result.output
+    assert "POST /v1/files" in result.output
