@@ -181,8 +181,11 @@ class Shards:
         write, then records its position. None on one node."""
         if self.owners is None:
             return None
+        lease = self.leases.get(tenant)
+        if lease is None:  # lost since the request began (the renewal failed)
+            raise LeaseLostError(f"this replica no longer owns tenant {tenant!r}'s shard; retry")
         try:
-            return await asyncio.to_thread(self.owners.append, self.leases[tenant], op, meta, data)
+            return await asyncio.to_thread(self.owners.append, lease, op, meta, data)
         except LeaseLostError:
             self.leases.pop(tenant, None)
             raise
