@@ -104,13 +104,13 @@ class Shards:
         shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
         if self.owners is None:  # several nodes: resumed once the shard is owned (_own)
-            self._resume_uploads(shard, tenant)
+            await self._resume_uploads(shard, tenant)
         metrics().shards_loaded.set(len(self.loaded))
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return shard
 
-    def _resume_uploads(self, shard: TenantShard, tenant: str) -> None:
-        for upload in Uploads(shard).unfinished():
+    async def _resume_uploads(self, shard: TenantShard, tenant: str) -> None:
+        for upload in await asyncio.to_thread(Uploads(shard).unfinished):
             if upload.status == "in_progress":  # interrupted by a restart: resumed here
                 self._ingest_upload(shard, tenant, upload.doc_id)
 
@@ -138,7 +138,7 @@ class Shards:
             log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
                      time.perf_counter() - started)  # fmt: skip
         self.leases[tenant] = lease
-        self._resume_uploads(shard, tenant)
+        await self._resume_uploads(shard, tenant)
         if self._renewing is None or self._renewing.done():
             self._renewing = asyncio.get_running_loop().create_task(self._renew())
 
