@@ -45,6 +45,21 @@ class Running:
             serve.delete(APP_NAME)
 
 
+def _init_ray(options: dict) -> None:
+    """ray.init. A local head whose raylet does not register within Ray's fixed 30 s (a
+    machine busy with something else) is started once more rather than failing the start."""
+    import ray
+
+    try:
+        ray.init(**options)
+    except Exception as exc:
+        if options.get("address") != "local" or "timed out during startup" not in str(exc):
+            raise
+        log.warning("Ray's node did not come up in time (%s); starting it once more", exc)
+        ray.shutdown()
+        ray.init(**options)
+
+
 def start(
     config: AppConfig,
     *,
@@ -83,7 +98,7 @@ def start(
                 options["dashboard_host"] = settings.host
                 options["dashboard_port"] = settings.dashboard_port
         with _signal_handlers_kept():
-            ray.init(**options)
+            _init_ray(options)
     problem = gpu_packing(config, int(ray.cluster_resources().get("GPU", 0)))
     if problem:  # not fatal: worker nodes may still join with their GPUs
         log.warning("%s; Serve waits for them before the appliance starts", problem)
