@@ -219,7 +219,7 @@ def test_one_owner_at_a_time_and_a_former_owners_writes_are_fenced(postgres):
 def test_an_owner_killed_mid_ingest_loses_no_acknowledged_upload(postgres, tmp_path):
     """Node A owns the tenant and is killed (SIGKILL) midway through its uploads; node B,
     with its own data directory, takes the shard over once A's lease ends and replays the
-    log: every upload A acknowledged is a document on B."""
+    log: every upload A acknowledged is a searchable document on B."""
     import os
     import signal
     import subprocess
@@ -228,6 +228,7 @@ def test_an_owner_killed_mid_ingest_loses_no_acknowledged_upload(postgres, tmp_p
     from index.config import IndexConfig
     from index.service import IndexService
     from index.testing import HashingEmbedder
+    from serve.query.retrieval import SearchParams, search_tenant
     from serve.shard_owners import Replayed, ShardOwnedElsewhereError, ShardOwners, replay
 
     tenant, lease_s = "takeover", 2.0
@@ -259,6 +260,11 @@ def test_an_owner_killed_mid_ingest_loses_no_acknowledged_upload(postgres, tmp_p
     recovered = time.monotonic()
     names = {record.file_name for record in shard.list_documents()}
     assert set(acknowledged) <= names  # recovery point: the last acknowledged upload
+    lexical = SearchParams(mode="lexical")
+    for name in acknowledged:  # each one found by its own words on the new owner
+        marker = name.removeprefix("doc").removesuffix(".txt")
+        hits = search_tenant(service, tenant, f"marker{marker}", 1, lexical)
+        assert [hit.file_name for hit, _ in hits] == [name]
     assert applied >= len(acknowledged)
     print(
         f"takeover: {len(acknowledged)} acknowledged, {applied} replayed; lease free "
