@@ -60,6 +60,8 @@ async def collect(args: argparse.Namespace) -> None:
             folder = resolve_model(model, config.data_dir)
             settings = config.generator.model_copy(update={"model": folder})
             engines[name] = VllmGenerator(settings).start()
+    if args.logprobs:  # the small model's answer tokens and their log-probabilities, kept
+        engines["small"] = Recording(engines["small"])
     # Every answer's check P(yes) recorded: thresholds are applied when reporting. With
     # --checker, the large model checks the small one's answers (route.large_checks).
     query = config.query.model_copy(update={"min_answer_support": 0.0})
@@ -83,7 +85,8 @@ async def collect(args: argparse.Namespace) -> None:
     async def one(language, q):
         async with slots:
             started = time.perf_counter()
-            answer = await pipeline.answer(TENANTS[language], q.question, model="small")
+            answer = await pipeline.answer(TENANTS[language], q.question, model="small",
+                                           request_id=q.id)  # fmt: skip
             row = {
                 "id": q.id, "language": language, "split": q.split,
                 "answerable": q.answerable, "question": q.question, "model": args.model,
@@ -97,6 +100,8 @@ async def collect(args: argparse.Namespace) -> None:
                 "prompt_tokens": answer.usage.prompt_tokens,
                 "completion_tokens": answer.usage.completion_tokens,
             }  # fmt: skip
+            if args.logprobs:  # [[delta text, [log-probability of each of its tokens]], ...]
+                row["tokens"] = engines["small"].tokens.pop(q.id, [])
             with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 
@@ -105,6 +110,23 @@ async def collect(args: argparse.Namespace) -> None:
     finally:
         for engine in engines.values():
             engine.shutdown()
+
+
+class Recording:
+    """A generator whose streamed answers keep their tokens' log-probabilities, by request
+    id (everything else is the engine's)."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.tokens = engine, {}
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    async def stream(self, token_ids, **kwargs):
+        kept = self.tokens.setdefault(kwargs.get("request_id", ""), [])
+        async for chunk in self.engine.stream(token_ids, logprobs=True, **kwargs):
+            kept.append([chunk.text, list(chunk.logprobs)])
+            yield chunk
 
 
 async def timing(args: argparse.Namespace) -> None:
@@ -212,8 +234,10 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         RouteSignals.of(small["question"], small["scores"]), route
     ):
         return right(large, LARGE_SUPPORT), seconds(large), "large"
-    support = policy["small_support"]
-    if route.cascade and withheld(small, support):
+    support, unsure = policy["small_support"], policy.get("min_confidence")
+    if route.cascade and (
+        withheld(small, support) or (unsure is not None and small.get("confidence", 0.0) < unsure)
+    ):
         return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
     return right(small, support), seconds(small), "small"
 
@@ -237,11 +261,20 @@ def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
     }
 
 
-def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool, supports=None) -> dict:
+def choose(
+    pairs: list[tuple[dict, dict]],
+    max_large: float,
+    cascade: bool,
+    supports=None,
+    confidences=None,
+) -> dict:
     """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
     ``max_large`` of the generated questions (ties: less of the large model, then less time);
-    ``supports``: the small answers' check thresholds to try (default: GRID's)."""
+    ``supports``: the small answers' check thresholds to try (default: GRID's);
+    ``confidences``: thresholds on the small answer's confidence to cascade under, to try."""
     grid = {**GRID, "small_support": supports or GRID["small_support"]}
+    if confidences:
+        grid["min_confidence"] = (None, *confidences)
     best, best_key = None, None
     for values in itertools.product(*grid.values()):
         policy = {**dict(zip(grid, values, strict=True)), "cascade": cascade}
@@ -253,6 +286,20 @@ def choose(pairs: list[tuple[dict, dict]], max_large: float, cascade: bool, supp
         if best_key is None or key > best_key:
             best, best_key = policy, key
     return best
+
+
+def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
+    """``rows`` with each answer's confidence from a --logprobs run of the same model, where
+    that run wrote the same answer (greedy decoding: nearly always)."""
+    from serve.query.attempt import answer_confidence
+
+    out = {}
+    for i, row in rows.items():
+        other = recorded.get(i)
+        same = other is not None and other["answer"] == row["answer"]
+        confidence = answer_confidence(other.get("tokens", [])) if same else None
+        out[i] = {**row, **({"confidence": confidence} if confidence is not None else {})}
+    return out
 
 
 def read_runs(*paths: str) -> list[dict[str, dict]]:
@@ -290,6 +337,14 @@ def report(args: argparse.Namespace) -> None:
         )
         policies["small + cascade, large checks"] = (checked, {
             **never, "cascade": True, "small_support": LARGE_SUPPORT})  # fmt: skip
+    if args.confidence:  # and the small answer's own confidence (its answer tokens' mean)
+        sure = with_confidence(checked or small, read_runs(args.confidence)[0])
+        known = sorted(r["confidence"] for (r, _) in pairs(sure, "dev") if "confidence" in r)
+        cuts = [known[int(q * (len(known) - 1))] for q in (0.1, 0.2, 0.3, 0.4, 0.5)]
+        label = "routed + cascade" + (", large checks" if checked else "") + ", confidence"
+        policies[label] = (sure, choose(pairs(sure, "dev"), args.max_large, cascade=True,
+                                        supports=(LARGE_SUPPORT,) if checked else None,
+                                        confidences=cuts))  # fmt: skip
     print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
     for label, (_, policy) in policies.items():
@@ -326,12 +381,15 @@ def main() -> None:
     run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     run.add_argument("--languages", default="en,fr")
     run.add_argument("--concurrency", type=int, default=4)
+    run.add_argument("--logprobs", action="store_true",
+                     help="keep the small model's answer tokens' log-probabilities")  # fmt: skip
     run.add_argument("--dev-every", type=int, default=2,
                      help="take every n-th development question (0: all)")  # fmt: skip
     read = commands.add_parser("report")
     read.add_argument("small")
     read.add_argument("large")
     read.add_argument("--large-checks", help="the small model's run with --checker (the large)")
+    read.add_argument("--confidence", help="the small model's run with --logprobs")
     read.add_argument(
         "--max-large",
         type=float,

@@ -185,10 +185,12 @@ class VllmGenerator:
         request_id: str = "",
         priority: int = 0,
         json_schema: dict[str, Any] | None = None,
+        logprobs: bool = False,
     ) -> AsyncIterator[GenerationChunk]:
         """Token deltas; aborts the request in the engine if the consumer stops early.
         ``priority`` (lower first) matters when the engine's scheduling_policy is priority;
-        ``json_schema`` constrains the output to JSON of that schema (vLLM structured output)."""
+        ``json_schema`` constrains the output to JSON of that schema (vLLM structured output);
+        ``logprobs``: each chunk carries its tokens' log-probabilities."""
         from vllm import SamplingParams
         from vllm.inputs.engine import tokens_input
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -200,6 +202,7 @@ class VllmGenerator:
             temperature=self.config.temperature,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=StructuredOutputsParams(json=json_schema) if json_schema else None,
+            logprobs=0 if logprobs else None,  # the sampled token's own
         )
         prompt = tokens_input(token_ids, cache_salt=cache_salt)
         completion = 0
@@ -217,7 +220,9 @@ class VllmGenerator:
                     prompt_tokens=len(token_ids),
                     cached_tokens=output.num_cached_tokens or 0,
                     completion_tokens=completion,
-                )
+                    logprobs=tuple(step[token].logprob for token, step
+                                   in zip(delta.token_ids, delta.logprobs or (), strict=False)),
+                )  # fmt: skip
         finally:
             if not finished:  # client gone or consumer stopped: free the engine's slot
                 await self._engine.abort(request_id)

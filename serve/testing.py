@@ -25,8 +25,10 @@ class ScriptedGenerator:
         max_model_len: int = 4096,
         judge: Callable[[list[dict[str, str]]], float] | None = None,
         finish_reason: str = "stop",
+        logprob: float = -0.1,
     ) -> None:
-        self.reply, self.finish_reason = reply, finish_reason
+        """``logprob``: every streamed token's log-probability, when a stream asks for them."""
+        self.reply, self.finish_reason, self.logprob = reply, finish_reason, logprob
         self.max_model_len = max_model_len
         self.judge = judge
         self.calls: list[dict] = []
@@ -53,16 +55,19 @@ class ScriptedGenerator:
         request_id: str = "",
         priority: int = 0,
         json_schema: dict | None = None,
+        logprobs: bool = False,
     ) -> AsyncIterator[GenerationChunk]:
         self.calls.append(
             {"tokens": len(token_ids), "max_tokens": max_tokens, "salt": cache_salt,
-             "priority": priority, "request_id": request_id, "json_schema": json_schema}
+             "priority": priority, "request_id": request_id, "json_schema": json_schema,
+             "logprobs": logprobs}
         )  # fmt: skip
         pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):
             done = index == len(pieces)
             finish = self.finish_reason if done else None
-            yield GenerationChunk(piece, finish, len(token_ids), 0, index)
+            token = (self.logprob,) if logprobs else ()
+            yield GenerationChunk(piece, finish, len(token_ids), 0, index, token)
 
     async def next_token_logprobs(
         self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str

@@ -63,12 +63,12 @@ class Generator:
 
     async def stream(
         self, token_ids: list[int], max_tokens: int, cache_salt: str, request_id: str,
-        priority: int = 0, json_schema: dict | None = None,
+        priority: int = 0, json_schema: dict | None = None, logprobs: bool = False,
     ) -> AsyncIterator[GenerationChunk]:  # fmt: skip
         self._ensure_exporting()
         async for chunk in self.generator.stream(
             token_ids, max_tokens=max_tokens, cache_salt=cache_salt, request_id=request_id,
-            priority=priority, json_schema=json_schema,
+            priority=priority, json_schema=json_schema, logprobs=logprobs,
         ):  # fmt: skip
             yield chunk
         self._export()
@@ -113,10 +113,11 @@ class RemoteGenerator:
         request_id: str = "",
         priority: int = 0,
         json_schema: dict | None = None,
+        logprobs: bool = False,
     ) -> AsyncIterator[GenerationChunk]:
         response = self.handle.options(stream=True).stream.remote(
             token_ids, max_tokens, cache_salt, request_id or uuid.uuid4().hex, priority,
-            json_schema,
+            json_schema, logprobs,
         )  # fmt: skip
         finished = False
         try:

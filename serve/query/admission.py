@@ -81,13 +81,14 @@ class AdmittedGenerator:
         request_id: str = "",
         priority: int = 0,
         json_schema: dict | None = None,
+        logprobs: bool = False,
     ) -> AsyncIterator[GenerationChunk]:
         async with self.admit(len(token_ids) + max_tokens, self.model) as grant:
 
             def start(priority: int, attempt: int) -> AsyncIterator[GenerationChunk]:
                 return self.generator.stream(
                     token_ids, max_tokens=max_tokens, cache_salt=cache_salt,
-                    priority=priority, json_schema=json_schema,
+                    priority=priority, json_schema=json_schema, logprobs=logprobs,
                 )  # fmt: skip
 
             async for chunk in grant.run(start):

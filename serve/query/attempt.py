@@ -4,6 +4,7 @@ tokens. The pipeline makes a second attempt with the large model when a cascade 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import nullcontext
@@ -31,18 +32,33 @@ class Attempt:
     support: float | None = None  # the answer check's P(yes)
     check_usage: Usage = field(default_factory=Usage)  # the check's (in grant.usage too)
     rest: str = ""  # what is shown once the answer is read whole
+    # The reply's deltas with their tokens' log-probabilities, when asked (``logprobs``).
+    tokens: list[tuple[str, tuple[float, ...]]] | None = None
 
     @classmethod
     def of(
-        cls, model: str, prepared: PreparedPrompt, question: str, hold: bool, grounded_only: bool
+        cls,
+        model: str,
+        prepared: PreparedPrompt,
+        question: str,
+        hold: bool,
+        grounded_only: bool,
+        confidence: bool = False,
     ) -> Attempt:
         """An attempt whose reader fits the prompt: quoted (``hold``: until its check) or
-        prose."""
+        prose; ``confidence``: its tokens' log-probabilities are asked for and kept."""
+        tokens = [] if confidence else None
         if not prepared.json_schema:
-            return cls(model, prepared, ProseAnswerReader(prepared.sources))
+            return cls(model, prepared, ProseAnswerReader(prepared.sources), tokens=tokens)
         reader = QuotedAnswerReader(prepared.sources, not_found_message(question), hold=hold,
                                     grounded_only=grounded_only, question=question)  # fmt: skip
-        return cls(model, prepared, reader)
+        return cls(model, prepared, reader, tokens=tokens)
+
+    @property
+    def confidence(self) -> float | None:
+        """The mean log-probability of the quoted reply's answer tokens (None: not asked, or
+        no answer field)."""
+        return answer_confidence(self.tokens) if self.tokens else None
 
     @property
     def held(self) -> bool:
@@ -101,6 +117,7 @@ async def generate(
                 else request_id,
                 priority=priority,
                 json_schema=prepared.json_schema,
+                **({"logprobs": True} if attempt.tokens is not None else {}),
             )
 
         try:
@@ -110,6 +127,8 @@ async def generate(
                     timings["first_token"] = since(generating)
                     span.add_event("first_token")
                 attempt.last = chunk
+                if attempt.tokens is not None:
+                    attempt.tokens.append((chunk.text, chunk.logprobs))
                 grant.usage = Usage(
                     chunk.prompt_tokens, chunk.cached_tokens, chunk.completion_tokens
                 )
@@ -132,6 +151,25 @@ async def generate(
             if attempt.support < check.min_support:
                 reader.withhold()
     attempt.rest = visible(reader.flush(attempt.last.finish_reason if attempt.last else None))
+
+
+def answer_confidence(tokens) -> float | None:
+    """The mean log-probability of the tokens inside a quoted reply's ``answer`` field, from
+    its deltas and their tokens' log-probabilities ([(text, (logprob, ...)), ...]); None when
+    the reply has no answer field. A small model's answer it is unsure of cascades to the large
+    one (route.min_confidence; benchmarks/results/routing.md)."""
+    text, marks = "", []
+    for delta, logprobs in tokens:
+        marks.append((len(text), len(text) + len(delta), logprobs))
+        text += delta
+    found = re.search(r'"answer":\s*"', text)
+    if not found:
+        return None
+    start = end = found.end()
+    while end < len(text) and (text[end] != '"' or text[end - 1] == "\\"):
+        end += 1
+    inside = [lp for a, b, logprobs in marks if b > start and a < end for lp in logprobs]
+    return sum(inside) / len(inside) if inside else None
 
 
 def since(start: float) -> float:

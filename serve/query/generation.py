@@ -25,6 +25,7 @@ class GenerationChunk:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    logprobs: tuple[float, ...] = ()  # this delta's tokens' log-probabilities, when asked
 
 
 class Generator(Protocol):
@@ -48,6 +49,7 @@ class Generator(Protocol):
         request_id: str = "",
         priority: int = 0,
         json_schema: dict[str, Any] | None = None,
+        logprobs: bool = False,  # each chunk's tokens' log-probabilities (GenerationChunk)
     ) -> AsyncIterator[GenerationChunk]: ...
 
     async def next_token_logprobs(

@@ -299,7 +299,8 @@ class QueryPipeline:
         prepared = self.prompt(route.model, tenant, question, history, hits, query, max_tokens,
                                options, watch)  # fmt: skip
         timings = dict(watch.timings)
-        attempt = self._attempt(route.model, prepared, question)
+        confidence = self._may_cascade(route) and self.route_config.min_confidence is not None
+        attempt = self._attempt(route.model, prepared, question, confidence)
         generating = time.perf_counter()
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
@@ -348,21 +349,34 @@ class QueryPipeline:
             model_usage=usage,
         )
 
-    def _attempt(self, model: str, prepared: PreparedPrompt, question: str) -> Attempt:
-        return Attempt.of(model, prepared, question, hold=model in self.checks,
-                          grounded_only=self.config.grounded_only)  # fmt: skip
+    def _attempt(
+        self, model: str, prepared: PreparedPrompt, question: str, confidence: bool = False
+    ) -> Attempt:
+        """``confidence``: its answer tokens' log-probabilities kept (route.min_confidence);
+        the answer is then held until read whole, as a checked one is."""
+        return Attempt.of(model, prepared, question, hold=model in self.checks or confidence,
+                          grounded_only=self.config.grounded_only,
+                          confidence=confidence)  # fmt: skip
 
     def _generate(self, attempt: Attempt, *args) -> AsyncIterator[str]:
         """``attempt``'s deltas from its model, checked by its check (serve/query/attempt.py)."""
         return generate(attempt, self.generators[attempt.model],
                         self.checks.get(attempt.model), *args)  # fmt: skip
 
+    def _may_cascade(self, route: Route) -> bool:
+        return (self.route_config.cascade and route.decision == "routed"
+                and route.model != self.large)  # fmt: skip
+
     def _cascades(self, route: Route, attempt: Attempt, live: bool) -> bool:
         """The small model's routed answer failed (its check, grounding, or it found nothing)
-        and nothing of it was sent: the large model is asked."""
-        return (self.route_config.cascade and route.decision == "routed"
-                and route.model != self.large and not (live and attempt.shown)
-                and attempt.reader.result().abstained)  # fmt: skip
+        or it was unsure of it (route.min_confidence), and nothing of it was sent: the large
+        model is asked."""
+        if not self._may_cascade(route) or (live and attempt.shown):
+            return False
+        unsure, confidence = self.route_config.min_confidence, attempt.confidence
+        return attempt.reader.result().abstained or (
+            unsure is not None and confidence is not None and confidence < unsure
+        )
 
     async def answer(
         self,

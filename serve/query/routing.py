@@ -60,6 +60,12 @@ class RouteConfig(BaseModel):
         None, ge=1, description="... or when the question is longer than this many words."
     )
     follow_ups: bool = Field(False, description="... or when the conversation has earlier turns.")
+    min_confidence: float | None = Field(
+        None, le=0.0,
+        description="With cascade: the large model is also asked when the small model's "
+        "quoted answer's tokens have a mean log-probability below this (it is unsure); that "
+        "answer is held until read whole, as a checked one is.",
+    )  # fmt: skip
 
 
 # fmt: off

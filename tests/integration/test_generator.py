@@ -76,6 +76,20 @@ def test_stream_yields_deltas_and_usage(generator, loop):
     assert all(c.finish_reason is None for c in chunks[:-1])
 
 
+def test_a_stream_asked_for_logprobs_gives_one_per_token(generator, loop):
+    token_ids = generator.render([{"role": "user", "content": "Annual leave?"}])
+
+    async def run(logprobs: bool):
+        stream = generator.stream(token_ids, max_tokens=8, cache_salt="lp", logprobs=logprobs)
+        return [chunk async for chunk in stream]
+
+    asked, plain = loop.run_until_complete(run(True)), loop.run_until_complete(run(False))
+    values = [value for chunk in asked for value in chunk.logprobs]
+    assert len(values) == asked[-1].completion_tokens  # one per generated token
+    assert all(value <= 0.0 for value in values) and min(values) < 0.0  # probabilities' logs
+    assert all(not chunk.logprobs for chunk in plain)  # only when asked
+
+
 def test_prefix_cache_is_shared_within_a_salt_and_never_across(generator, loop):
     long = generator.render([{"role": "system", "content": "policy text " * 200},
                              {"role": "user", "content": "q"}])  # fmt: skip

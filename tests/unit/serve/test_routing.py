@@ -11,6 +11,7 @@ from index.pipeline import SourceFile
 from serve.budgets import BudgetsConfig, Ledger, Prices
 from serve.config import load_config
 from serve.query.admission import Usage
+from serve.query.attempt import answer_confidence
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.retrieval import LocalSearcher
@@ -178,6 +179,41 @@ def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
     for answer, calls in (answers(RouteConfig(cascade=False)), answers(model="small"),
                           answers(live=True)):  # prose is streamed as written  # fmt: skip
         assert answer.abstained and answer.route.model == "small" and calls == []
+
+
+def test_a_small_answer_it_is_unsure_of_is_asked_of_the_large_model(service):
+    """route.min_confidence: the small model's answer tokens' mean log-probability under it
+    cascades (the answer held until read whole, so also on a live stream); above it, or with
+    no threshold, the small answer stands and no log-probabilities are asked for."""
+
+    def answers(logprob, route):
+        small = ScriptedGenerator(quoted(1, QUOTE, "27 days."), logprob=logprob)
+        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."))
+        pipeline = QueryPipeline(
+            LocalSearcher(service), {"small": small, "large": large},
+            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
+        )  # fmt: skip
+        deltas, answer = ask(pipeline, live=True)
+        assert "".join(deltas) == answer.text  # what was sent is the answer, no more
+        return answer, small.calls[0]["logprobs"], large.calls
+
+    unsure = RouteConfig(min_confidence=-0.5)
+    answer, asked, calls = answers(-1.2, unsure)
+    assert asked and calls and answer.route.decision == "cascaded"
+    assert answer.text == "27 days a year. [1]"
+    answer, asked, calls = answers(-0.1, unsure)  # sure enough
+    assert asked and not calls and answer.text == "27 days. [1]"
+    answer, asked, calls = answers(-1.2, RouteConfig())  # no threshold
+    assert not asked and not calls and answer.route.model == "small"
+
+
+def test_the_confidence_is_the_mean_over_the_answer_fields_tokens():
+    tokens = [['{"source": 1, "quote": "Leave is ', [-0.1, -0.2]], ['27 days.", ', [-3.0]],
+              ['"answer": "', [-0.5]], ['27 \\"', [-1.0, -2.0]], ['days', [-3.0]],
+              ['"}', [-9.0]]]  # fmt: skip
+    # the tokens inside the answer (an escaped quote in it), not those around it
+    assert answer_confidence(tokens) == pytest.approx((-1.0 - 2.0 - 3.0) / 3)
+    assert answer_confidence([["Not found in the sources.", [-0.1]]]) is None
 
 
 def test_a_cascade_refused_by_admission_leaves_the_small_answer_standing(service):

@@ -1,0 +1,30 @@
+"""The routing benchmark's cascade on a recorded answer's confidence (benchmarks/routing.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.routing import LARGE_SUPPORT, policy_outcome, with_confidence
+
+pytestmark = pytest.mark.unit
+
+
+def test_an_unsure_small_answer_cascades_and_a_sure_one_stands():
+    small = {"scores": [5.0], "answerable": True, "question": "How many days of leave?",
+             "matched": True, "abstained": False, "support": 0.9, "confidence": -2.0,
+             "timings": {"generate": 1.0}}  # fmt: skip
+    large = {**small, "confidence": None, "matched": False, "timings": {"generate": 3.0}}
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
+    assert policy_outcome(small, large, {**policy, "min_confidence": -2.5})[2] == "small"
+    unsure = policy_outcome(small, large, {**policy, "min_confidence": -1.0})
+    assert unsure == (False, 4.0, "cascade")  # the large model's answer, both models' time
+    assert policy_outcome(small, large, policy)[2] == "small"  # no threshold: no cascade
+
+
+def test_confidence_joins_only_the_same_answer():
+    rows = {"q1": {"answer": "27 days"}, "q2": {"answer": "Sucre"}}
+    said = [['"answer": "', [-0.5]], ['27 days"}', [-1.0]]]
+    recorded = {"q1": {"answer": "27 days", "tokens": said},
+                "q2": {"answer": "La Paz", "tokens": said}}  # fmt: skip
+    joined = with_confidence(rows, recorded)
+    assert joined["q1"]["confidence"] == -1.0 and "confidence" not in joined["q2"]
