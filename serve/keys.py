@@ -45,6 +45,12 @@ class ApiKey:
     user: str | None = None  # who uses it, for documents restricted to users (index/access.py)
     groups: tuple[str, ...] = ()  # the groups it reads as
 
+    @classmethod
+    def of(cls, item: dict) -> ApiKey:
+        """A key from its JSON form (``asdict``: tuples written as lists)."""
+        return cls(**{**item, "scopes": tuple(item["scopes"]),
+                      "groups": tuple(item.get("groups", ()))})  # fmt: skip
+
     @property
     def identity(self) -> str:
         """Who it stands for: its user, else the key itself (stored responses are theirs)."""
@@ -118,12 +124,7 @@ class KeyStore:
             return []
         except (OSError, json.JSONDecodeError) as exc:
             raise InvalidRequestError(f"cannot read the key file {self.path}: {exc}") from exc
-        return [
-            ApiKey(
-                **{**item, "scopes": tuple(item["scopes"]), "groups": tuple(item.get("groups", ()))}
-            )
-            for item in raw["keys"]
-        ]
+        return [ApiKey.of(item) for item in raw["keys"]]
 
     def _write(self, keys: list[ApiKey]) -> None:
         payload = json.dumps({"keys": [asdict(k) for k in keys]}, indent=2)
@@ -247,9 +248,7 @@ class DatabaseKeyStore:
 
     @staticmethod
     def _key(body: str) -> ApiKey:
-        item = json.loads(body)
-        return ApiKey(**{**item, "scopes": tuple(item["scopes"]),
-                         "groups": tuple(item.get("groups", ()))})  # fmt: skip
+        return ApiKey.of(json.loads(body))
 
     def _put(self, db, key: ApiKey) -> None:
         db.execute(
