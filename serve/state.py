@@ -17,6 +17,7 @@ decisions about one subject (a tenant's budget) are serialised across every node
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -67,6 +68,7 @@ class StateUnavailableError(GroundedError):
     """The state database cannot be reached: the request is refused, nothing half-written."""
 
     status = 503
+    type = "service_unavailable"
     code = "state_unavailable"
 
 
@@ -242,6 +244,7 @@ class PostgresDatabase:
         transaction naming it, on any node, waits for this one)."""
         import pg8000.exceptions
 
+        lost = (pg8000.exceptions.InterfaceError, OSError)  # the connection, not the SQL
         with self._lock:
             if self._connection is None:
                 self._connection = self._connect()
@@ -250,25 +253,17 @@ class PostgresDatabase:
                 db.execute("BEGIN")
                 if lock is not None:
                     db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
-            except (pg8000.exceptions.InterfaceError, OSError) as exc:
+                try:
+                    yield db
+                except BaseException:
+                    with contextlib.suppress(*lost):  # then lost below, as the caller's error
+                        db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            except lost as exc:  # whether a COMMIT under way went through is unknown
                 self._drop()
                 raise StateUnavailableError(
                     f"lost the state database ({self.where}): {exc}; retry"
-                ) from exc
-            try:
-                yield db
-            except BaseException:
-                try:
-                    db.execute("ROLLBACK")
-                except (pg8000.exceptions.InterfaceError, OSError):
-                    self._drop()
-                raise
-            try:
-                db.execute("COMMIT")
-            except (pg8000.exceptions.InterfaceError, OSError) as exc:
-                self._drop()  # whether it committed is unknown: the caller is told
-                raise StateUnavailableError(
-                    f"lost the state database ({self.where}) while committing: {exc}"
                 ) from exc
 
     @contextmanager

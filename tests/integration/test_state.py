@@ -86,6 +86,15 @@ def test_the_ledger_says_503_while_the_server_is_down_and_reconnects(postgres):
     ledger.record("outage", "k", "answered", prompt=11)
     (row,) = ledger.usage("outage")
     assert (row.requests, row.prompt_tokens) == (2, 16)  # the refused write left nothing
+    try:  # lost in the middle of a transaction: a 503 too, and its first write is undone
+        with pytest.raises(StateUnavailableError), ledger.db.transaction() as db:
+            db.execute("INSERT INTO requests (ts, tenant, key_id, outcome) "
+                       "VALUES (1, 'outage', 'k', 'answered')")  # fmt: skip
+            postgres.stop("immediate")
+            db.execute("SELECT 1")
+    finally:
+        postgres.start()
+    assert ledger.usage("outage")[0].requests == 2
     ledger.close()
 
 
