@@ -302,6 +302,32 @@ def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[st
     return out
 
 
+def auroc(right_scores: list[float], wrong_scores: list[float]) -> float:
+    """The chance that a right answer scores above a wrong one (ties count half)."""
+    pairs = [(r > w) + 0.5 * (r == w) for r in right_scores for w in wrong_scores]
+    return sum(pairs) / len(pairs) if pairs else float("nan")
+
+
+def print_separation(sure: dict[str, dict], checked: dict[str, dict] | None) -> None:
+    """How well each signal after generating ranks the small model's right answers above its
+    wrong ones: over the answerable questions it answered (not "not found"), with a
+    confidence; the large model's check where its run wrote the same answer."""
+    for split in ("dev", "test"):
+        rows = [r for r in sure.values() if r["split"] == split and r["answerable"]
+                and r["scores"] and not r["abstained"] and "confidence" in r]  # fmt: skip
+        signals = {"confidence": lambda r: r["confidence"], "own check": lambda r: r["support"]}
+        if checked:
+            signals["large check"] = lambda r: (
+                checked[r["id"]]["support"] if checked[r["id"]]["answer"] == r["answer"] else None
+            )
+        shown = []
+        for name, signal in signals.items():
+            scored = [(signal(r), r["matched"]) for r in rows if signal(r) is not None]
+            value = auroc([v for v, ok in scored if ok], [v for v, ok in scored if not ok])
+            shown.append(f"{name} {value:.3f}")
+        print(f"{split}: AUROC over {len(rows)} answered: " + ", ".join(shown))
+
+
 def read_runs(*paths: str) -> list[dict[str, dict]]:
     return [{r["id"]: r for r in map(json.loads, Path(path).read_text().splitlines())}
             for path in paths]  # fmt: skip
@@ -345,6 +371,7 @@ def report(args: argparse.Namespace) -> None:
         policies[label] = (sure, choose(pairs(sure, "dev"), args.max_large, cascade=True,
                                         supports=(LARGE_SUPPORT,) if checked else None,
                                         confidences=cuts))  # fmt: skip
+        print_separation(with_confidence(small, read_runs(args.confidence)[0]), checked)
     print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
     for label, (_, policy) in policies.items():
