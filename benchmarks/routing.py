@@ -198,6 +198,8 @@ GRID = {
     "max_words": (None, 12, 16, 20),
     "small_support": (0.0, 0.3, 0.5, 0.65, 0.8),  # 0: no check
 }
+# route.min_check: the check's P(yes) under which the small answer cascades though it passed
+CHECK_CUTS = (0.7, 0.75, 0.8, 0.85, 0.9)
 
 
 def withheld(row: dict, support: float) -> bool:
@@ -221,6 +223,7 @@ def seconds(row: dict) -> float:
 def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float, str]:
     """(right, generator seconds, who answered: small, large, cascade, or none at the gate),
     the router deciding as serve/query/routing.py does in the appliance."""
+    from serve.query.pipeline import below
     from serve.query.routing import RouteConfig, RouteSignals, hard_because
 
     if not small["scores"]:  # nothing passed the gate: "not found" without generating
@@ -234,9 +237,11 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         RouteSignals.of(small["question"], small["scores"]), route
     ):
         return right(large, LARGE_SUPPORT), seconds(large), "large"
-    support, unsure = policy["small_support"], policy.get("min_confidence")
+    support = policy["small_support"]
     if route.cascade and (
-        withheld(small, support) or (unsure is not None and small.get("confidence", 0.0) < unsure)
+        withheld(small, support)
+        or below(small["support"], policy.get("min_check"))
+        or below(small.get("confidence"), policy.get("min_confidence"))
     ):
         return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
     return right(small, support), seconds(small), "small"
@@ -267,14 +272,18 @@ def choose(
     cascade: bool,
     supports=None,
     confidences=None,
+    checks=None,
 ) -> dict:
     """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
     ``max_large`` of the generated questions (ties: less of the large model, then less time);
     ``supports``: the small answers' check thresholds to try (default: GRID's);
-    ``confidences``: thresholds on the small answer's confidence to cascade under, to try."""
+    ``confidences``: thresholds on the small answer's confidence to cascade under, to try;
+    ``checks``: thresholds on its check's P(yes) to cascade under (route.min_check), to try."""
     grid = {**GRID, "small_support": supports or GRID["small_support"]}
     if confidences:
         grid["min_confidence"] = (None, *confidences)
+    if checks:
+        grid["min_check"] = (None, *checks)
     best, best_key = None, None
     for values in itertools.product(*grid.values()):
         policy = {**dict(zip(grid, values, strict=True)), "cascade": cascade}
@@ -286,6 +295,18 @@ def choose(
         if best_key is None or key > best_key:
             best, best_key = policy, key
     return best
+
+
+def choose_check(pairs: list[tuple[dict, dict]], max_large: float) -> dict:
+    """No routing before generating: every question is asked of the small model, checked by
+    the large one, and cascades under the route.min_check (of CHECK_CUTS) with the best mean
+    accuracy on ``pairs`` and the large model on at most ``max_large`` of them."""
+    never = {"compares": False, "cascade": True, "small_support": LARGE_SUPPORT}
+    fits = [{**never, "min_check": cut} for cut in CHECK_CUTS]
+    fits = [(evaluate(pairs, policy), policy) for policy in fits]
+    fits = [(m["mean_accuracy"], -m["large_share"], policy) for m, policy in fits
+            if m["large_share"] <= max_large]  # fmt: skip
+    return max(fits, key=lambda fit: fit[:2])[2] if fits else never
 
 
 def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
@@ -360,6 +381,15 @@ def report(args: argparse.Namespace) -> None:
         policies["routed + cascade, large checks"] = (
             checked,
             choose(pairs(checked, "dev"), args.max_large, cascade=True, supports=(LARGE_SUPPORT,)),
+        )
+        policies["routed + cascade, large checks, min_check"] = (
+            checked,
+            choose(pairs(checked, "dev"), args.max_large, cascade=True, supports=(LARGE_SUPPORT,),
+                   checks=CHECK_CUTS),
+        )  # fmt: skip
+        policies["small + cascade on the large check (min_check)"] = (
+            checked,
+            choose_check(pairs(checked, "dev"), args.max_large),
         )
         policies["small + cascade, large checks"] = (checked, {
             **never, "cascade": True, "small_support": LARGE_SUPPORT})  # fmt: skip

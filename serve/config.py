@@ -244,11 +244,28 @@ class AppConfig(BaseSettings):
         return env_settings, init_settings
 
     @model_validator(mode="after")
-    def _gpu_requests_hold_together(self) -> AppConfig:
-        problems = gpu_requests(self)
+    def _hold_together(self) -> AppConfig:
+        problems = cross_field_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def cross_field_problems(config: AppConfig) -> list[str]:
+    """What is wrong between sections: GPU requests the machine cannot hold, a cascade on an
+    answer check that is not run."""
+    problems = gpu_requests(config)
+    generator = config.generator
+    if generator.models and generator.route.min_check is not None:
+        checker = generator.large_model if generator.route.large_checks else generator.small_model
+        if (generator.models[checker].min_answer_support is None
+                and config.query.min_answer_support is None):  # fmt: skip
+            problems.append(
+                "generator.route.min_check reads the answer check of the small model's answers, "
+                f"which is off: set query.min_answer_support (or {checker}'s own), or remove "
+                "route.min_check"
+            )
+    return problems
 
 
 def _describe(error: ValidationError) -> str:
@@ -294,7 +311,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
             raise ConfigError(f"invalid override of {key}:\n{_describe(exc)}") from exc
     if validated:  # model_copy skips the model's validators: run the cross-field one again
         config = config.model_copy(update=validated)
-        problems = gpu_requests(config)
+        problems = cross_field_problems(config)
         if problems:
             raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return _resolve_embedders(_resolve_judge(config))

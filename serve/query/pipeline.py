@@ -368,14 +368,16 @@ class QueryPipeline:
                 and route.model != self.large)  # fmt: skip
 
     def _cascades(self, route: Route, attempt: Attempt, live: bool) -> bool:
-        """The small model's routed answer failed (its check, grounding, or it found nothing)
-        or it was unsure of it (route.min_confidence), and nothing of it was sent: the large
-        model is asked."""
+        """The small model's routed answer failed (its check, grounding, or it found nothing),
+        passed its check by less than route.min_check, or the model was unsure of it
+        (route.min_confidence), and nothing of it was sent: the large model is asked."""
         if not self._may_cascade(route) or (live and attempt.shown):
             return False
-        unsure, confidence = self.route_config.min_confidence, attempt.confidence
-        return attempt.reader.result().abstained or (
-            unsure is not None and confidence is not None and confidence < unsure
+        config = self.route_config
+        return (
+            attempt.reader.result().abstained
+            or below(attempt.support, config.min_check)
+            or below(attempt.confidence, config.min_confidence)
         )
 
     async def answer(
@@ -395,3 +397,8 @@ class QueryPipeline:
             if isinstance(item, Answer):
                 return item
         raise AssertionError("QueryPipeline.stream ended without an Answer")
+
+
+def below(value: float | None, threshold: float | None) -> bool:
+    """``value`` is known and under a set ``threshold``."""
+    return value is not None and threshold is not None and value < threshold

@@ -60,6 +60,13 @@ class RouteConfig(BaseModel):
         None, ge=1, description="... or when the question is longer than this many words."
     )
     follow_ups: bool = Field(False, description="... or when the conversation has earlier turns.")
+    min_check: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="With cascade: the large model is also asked when the check of the small "
+        "model's answer gives P(yes) below this: an answer that passed the check that "
+        "withholds (min_answer_support) but not by much. Needs the small model's answers "
+        "checked (best by the large model: large_checks).",
+    )  # fmt: skip
     min_confidence: float | None = Field(
         None, le=0.0,
         description="With cascade: the large model is also asked when the small model's "

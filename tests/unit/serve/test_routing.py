@@ -167,6 +167,29 @@ def test_a_small_answer_that_fails_its_check_is_asked_of_the_large_model(service
     assert ask(strict)[1].abstained
 
 
+def test_a_small_answer_that_passes_its_check_narrowly_is_asked_of_the_large_model(service):
+    """route.min_check: a small answer whose check P(yes) is over the threshold that withholds
+    (0.5) but under min_check cascades; one over min_check, or without it, stands."""
+
+    def answers(support, route):
+        small = ScriptedGenerator(quoted(1, QUOTE, "27 days."), judge=lambda m: support)
+        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."), judge=lambda m: 0.9)
+        pipeline = QueryPipeline(
+            LocalSearcher(service), {"small": small, "large": large},
+            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
+            min_support={"small": 0.5, "large": 0.5},
+        )  # fmt: skip
+        deltas, answer = ask(pipeline, live=True)
+        assert "".join(deltas) == answer.text  # the held small answer was never sent
+        return answer
+
+    narrow = answers(0.6, RouteConfig(min_check=0.8))
+    assert narrow.route.decision == "cascaded" and narrow.text == "27 days a year. [1]"
+    for answer in (answers(0.85, RouteConfig(min_check=0.8)), answers(0.6, RouteConfig())):
+        assert answer.route.model == "small" and answer.text == "27 days. [1]"
+        assert answer.route.decision == "routed"
+
+
 def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
     def answers(route=None, model=None, live=False):
         small = ScriptedGenerator("I do not know; not found in the sources.")
@@ -320,6 +343,15 @@ def test_each_model_takes_what_it_leaves_out_from_the_generator():
 def test_a_bad_models_config_is_refused_naming_the_field(generator, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, generator=generator)
+
+
+def test_a_cascade_on_the_check_needs_the_check():
+    checked = two_models(min_check=0.8, large_checks=True)  # the large model checks: no threshold
+    with pytest.raises(ConfigError, match=r"route\.min_check reads the answer check"):
+        load_config(None, generator=checked)
+    query = {"answer_format": "quoted", "min_answer_support": 0.65}
+    assert load_config(None, generator=checked, query=query).generator.route.min_check == 0.8
+    assert load_config(None, generator=two_models(min_check=0.8))  # the small model's own 0.5
 
 
 def test_the_documented_routing_example_is_a_valid_config():
