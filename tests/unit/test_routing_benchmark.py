@@ -1,10 +1,11 @@
-"""The routing benchmark's cascade on a recorded answer's confidence (benchmarks/routing.py)."""
+"""The routing benchmark's cascades on a recorded answer's confidence and check (benchmarks/
+routing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing import LARGE_SUPPORT, policy_outcome, with_confidence
+from benchmarks.routing import LARGE_SUPPORT, choose_check, policy_outcome, with_confidence
 
 pytestmark = pytest.mark.unit
 
@@ -28,3 +29,17 @@ def test_confidence_joins_only_the_same_answer():
                 "q2": {"answer": "La Paz", "tokens": said}}  # fmt: skip
     joined = with_confidence(rows, recorded)
     assert joined["q1"]["confidence"] == -1.0 and "confidence" not in joined["q2"]
+
+
+def test_a_narrowly_checked_small_answer_cascades_under_min_check():
+    small = {"scores": [5.0], "answerable": True, "question": "How many days of leave?",
+             "matched": False, "abstained": False, "support": 0.7, "timings": {"generate": 1.0},
+             "language": "en"}  # fmt: skip
+    large = {**small, "matched": True, "support": 0.9, "timings": {"generate": 3.0}}
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
+    assert policy_outcome(small, large, {**policy, "min_check": 0.8}) == (True, 4.0, "cascade")
+    assert policy_outcome(small, large, {**policy, "min_check": 0.6})[2] == "small"
+    assert policy_outcome(small, large, policy) == (False, 1.0, "small")
+    # chosen on the pairs: the cut that cascades the wrong answer, within the large share
+    assert choose_check([(small, large)], max_large=1.0)["min_check"] > 0.7
+    assert "min_check" not in choose_check([(small, large)], max_large=0.0)
