@@ -242,6 +242,7 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         withheld(small, support)
         or below(small["support"], policy.get("min_check"))
         or below(small.get("confidence"), policy.get("min_confidence"))
+        or small.get("id") in policy.get("escalate", ())
     ):
         return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
     return right(small, support), seconds(small), "small"
@@ -307,6 +308,52 @@ def choose_check(pairs: list[tuple[dict, dict]], max_large: float) -> dict:
     fits = [(m["mean_accuracy"], -m["large_share"], policy) for m, policy in fits
             if m["large_share"] <= max_large]  # fmt: skip
     return max(fits, key=lambda fit: fit[:2])[2] if fits else never
+
+
+def choose_logistic(
+    rows: dict[str, dict], dev: list[tuple[dict, dict]], small: dict[str, dict], max_large: float
+) -> dict:
+    """No routing before generating: the large model is asked when a logistic model of every
+    signal (the judge's top score and margin, the passages past the gate, the question's words,
+    the large model's check, the small model's own check in ``small``, the confidence) gives
+    the small answer's error a probability over a threshold. ``rows``: the small answers
+    checked by the large model, with confidences; the model is fitted on the generated ``dev``
+    pairs and the threshold chosen on them as ``choose`` does; the policy names the questions
+    (``escalate``) of ``rows`` over it."""
+    from sklearn.linear_model import LogisticRegression
+
+    known = [r["confidence"] for r in rows.values() if "confidence" in r]
+    usual = statistics.median(known) if known else 0.0
+
+    def features(row: dict) -> list[float]:
+        scores, own = sorted(row["scores"], reverse=True), small[row["id"]]
+        same = own["answer"] == row["answer"] and own["support"] is not None
+        return [scores[0], min(scores[0] - scores[1], 10.0) if len(scores) > 1 else 10.0,
+                len(scores), len(row["question"].split()),
+                row["support"] if row["support"] is not None else 0.5,
+                own["support"] if same else 0.5, row.get("confidence", usual)]  # fmt: skip
+
+    fitted = [s for s, _ in dev if s["scores"]]
+    model = LogisticRegression(max_iter=1000).fit(
+        [features(r) for r in fitted], [not right(r, LARGE_SUPPORT) for r in fitted]
+    )
+    generated = [r for r in rows.values() if r["scores"]]
+    wrong = dict(
+        zip(
+            (r["id"] for r in generated),
+            model.predict_proba([features(r) for r in generated])[:, 1],
+            strict=True,
+        )
+    )
+    never = {"compares": False, "cascade": True, "small_support": LARGE_SUPPORT}
+    best, best_key = never, None
+    for cut in sorted({wrong[r["id"]] for r in fitted}):
+        policy = {**never, "escalate": frozenset(i for i, p in wrong.items() if p >= cut)}
+        measured = evaluate(dev, policy)
+        key = (round(measured["mean_accuracy"], 6), -measured["large_share"])
+        if measured["large_share"] <= max_large and (best_key is None or key > best_key):
+            best, best_key = policy, key
+    return best
 
 
 def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
@@ -402,6 +449,11 @@ def report(args: argparse.Namespace) -> None:
                                         supports=(LARGE_SUPPORT,) if checked else None,
                                         confidences=cuts))  # fmt: skip
         print_separation(with_confidence(small, read_runs(args.confidence)[0]), checked)
+        if checked:
+            policies["small + cascade on a logistic model of every signal"] = (
+                sure,
+                choose_logistic(sure, pairs(sure, "dev"), small, args.max_large),
+            )
     print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
     for label, (_, policy) in policies.items():

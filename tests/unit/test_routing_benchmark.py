@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing import LARGE_SUPPORT, choose_check, policy_outcome, with_confidence
+from benchmarks.routing import (
+    LARGE_SUPPORT,
+    choose_check,
+    choose_logistic,
+    policy_outcome,
+    with_confidence,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -43,3 +49,22 @@ def test_a_narrowly_checked_small_answer_cascades_under_min_check():
     # chosen on the pairs: the cut that cascades the wrong answer, within the large share
     assert choose_check([(small, large)], max_large=1.0)["min_check"] > 0.7
     assert choose_check([(small, large)], max_large=0.0)["min_check"] <= 0.7  # cascades none
+
+
+def test_the_logistic_policy_asks_again_where_the_large_check_says_wrong():
+    """Fitted on dev answers whose large check separates right from wrong, it names for the
+    large model the test answers with a low check and keeps those with a high one."""
+
+    def row(i: int, split: str, matched: bool) -> dict:
+        return {"id": f"q{i}", "split": split, "language": "en", "answerable": True,
+                "question": "How many days of leave?", "scores": [5.0, 3.0],
+                "matched": matched, "abstained": False, "answer": f"a{i}",
+                "support": 0.9 if matched else 0.7, "timings": {"generate": 1.0}}  # fmt: skip
+
+    rows = {r["id"]: r for r in [row(i, "dev" if i < 20 else "test", i % 3 != 0)
+                                 for i in range(30)]}  # fmt: skip
+    small = {i: {**r, "support": 0.5} for i, r in rows.items()}
+    large = {i: {**r, "matched": True} for i, r in rows.items()}
+    dev = [(rows[i], large[i]) for i in rows if rows[i]["split"] == "dev"]
+    policy = choose_logistic(rows, dev, small, max_large=0.5)
+    assert policy["escalate"] == {i for i, r in rows.items() if not r["matched"]}
