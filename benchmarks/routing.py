@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -124,7 +125,7 @@ class Recording:
 
     async def stream(self, token_ids, **kwargs):
         kept = self.tokens.setdefault(kwargs.get("request_id", ""), [])
-        async for chunk in self.engine.stream(token_ids, logprobs=True, **kwargs):
+        async for chunk in self.engine.stream(token_ids, **{**kwargs, "logprobs": True}):
             kept.append([chunk.text, list(chunk.logprobs)])
             yield chunk
 
@@ -472,12 +473,14 @@ def report(args: argparse.Namespace) -> None:
         if not policy.get("cascade"):
             continue
         support = policy["small_support"]
-        cascaded = [(s, lg) for s, lg in pairs(smalls, "test")
-                    if policy_outcome(s, lg, policy)[2] == "cascade"]  # fmt: skip
+        outcomes = [(s, lg, policy_outcome(s, lg, policy)) for s, lg in pairs(smalls, "test")]
+        cascaded = [(s, lg) for s, lg, (_, _, who) in outcomes if who == "cascade"]
         recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
         lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
+        wrong = Counter(who for _, _, (ok, _, who) in outcomes if not ok)
         print(f"test, {label}: {len(cascaded)} cascades; the large model right where the small "
-              f"one was not: {recovered}; the reverse: {lost}")  # fmt: skip
+              f"one was not: {recovered}; the reverse: {lost}; wrong answers by who wrote them: "
+              f"{dict(sorted(wrong.items()))}")  # fmt: skip
 
 
 def main() -> None:

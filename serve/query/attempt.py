@@ -117,7 +117,7 @@ async def generate(
                 else request_id,
                 priority=priority,
                 json_schema=prepared.json_schema,
-                **({"logprobs": True} if attempt.tokens is not None else {}),
+                logprobs=attempt.tokens is not None,
             )
 
         try:
