@@ -243,6 +243,7 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         withheld(small, support)
         or below(small["support"], policy.get("min_check"))
         or below(small.get("confidence"), policy.get("min_confidence"))
+        or (policy.get("quote_figures") and small.get("figures_disagree"))
         or small.get("id") in policy.get("escalate", ())
     ):
         return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
@@ -358,16 +359,23 @@ def choose_logistic(
 
 
 def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
-    """``rows`` with each answer's confidence from a --logprobs run of the same model, where
-    that run wrote the same answer (greedy decoding: nearly always)."""
+    """``rows`` with each answer's confidence and whether its figures are not its quote's
+    (route.quote_figures), from the reply of a --logprobs run of the same model, where that
+    run wrote the same answer (greedy decoding: nearly always)."""
     from serve.query.attempt import answer_confidence
+    from serve.query.quotes import QuotedReplyReader, figures_disagree
 
     out = {}
     for i, row in rows.items():
         other = recorded.get(i)
-        same = other is not None and other["answer"] == row["answer"]
-        confidence = answer_confidence(other.get("tokens", [])) if same else None
+        tokens = other.get("tokens", []) if other and other["answer"] == row["answer"] else []
+        confidence = answer_confidence(tokens)
         out[i] = {**row, **({"confidence": confidence} if confidence is not None else {})}
+        if tokens:
+            reader = QuotedReplyReader()
+            reader.feed("".join(text for text, _ in tokens))
+            reply = reader.reply()
+            out[i]["figures_disagree"] = reply.source != 0 and figures_disagree(reply)
     return out
 
 
@@ -450,6 +458,12 @@ def report(args: argparse.Namespace) -> None:
                                         supports=(LARGE_SUPPORT,) if checked else None,
                                         confidences=cuts))  # fmt: skip
         print_separation(with_confidence(small, read_runs(args.confidence)[0]), checked)
+        if checked:  # the shipped example, and the same with route.quote_figures
+            shipped = policies["routed + cascade, large checks, min_check"][1]
+            policies["routed + cascade, large checks, min_check, quote_figures"] = (
+                sure,
+                {**shipped, "quote_figures": True},
+            )
         if checked:
             policies["small + cascade on a logistic model of every signal"] = (
                 sure,

@@ -61,6 +61,11 @@ class Attempt:
         return answer_confidence(self.tokens) if self.tokens else None
 
     @property
+    def figures_disagree(self) -> bool:
+        """A quoted answer whose figures are not its quote's (quotes.figures_disagree)."""
+        return isinstance(self.reader, QuotedAnswerReader) and self.reader.figures_disagree()
+
+    @property
     def held(self) -> bool:
         return isinstance(self.reader, QuotedAnswerReader) and self.reader.hold
 

@@ -299,8 +299,10 @@ class QueryPipeline:
         prepared = self.prompt(route.model, tenant, question, history, hits, query, max_tokens,
                                options, watch)  # fmt: skip
         timings = dict(watch.timings)
-        confidence = self._may_cascade(route) and self.route_config.min_confidence is not None
-        attempt = self._attempt(route.model, prepared, question, confidence)
+        may_cascade = self._may_cascade(route)
+        confidence = may_cascade and self.route_config.min_confidence is not None
+        attempt = self._attempt(route.model, prepared, question, confidence,
+                                hold=may_cascade and self.route_config.quote_figures)  # fmt: skip
         generating = time.perf_counter()
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
@@ -350,11 +352,18 @@ class QueryPipeline:
         )
 
     def _attempt(
-        self, model: str, prepared: PreparedPrompt, question: str, confidence: bool = False
+        self,
+        model: str,
+        prepared: PreparedPrompt,
+        question: str,
+        confidence: bool = False,
+        hold: bool = False,
     ) -> Attempt:
         """``confidence``: its answer tokens' log-probabilities kept (route.min_confidence);
-        the answer is then held until read whole, as a checked one is."""
-        return Attempt.of(model, prepared, question, hold=model in self.checks or confidence,
+        the answer is then held until read whole, as a checked one is, and as it is with
+        ``hold`` (route.quote_figures reads the whole reply)."""
+        return Attempt.of(model, prepared, question,
+                          hold=model in self.checks or confidence or hold,
                           grounded_only=self.config.grounded_only,
                           confidence=confidence)  # fmt: skip
 
@@ -369,8 +378,9 @@ class QueryPipeline:
 
     def _cascades(self, route: Route, attempt: Attempt, live: bool) -> bool:
         """The small model's routed answer failed (its check, grounding, or it found nothing),
-        passed its check by less than route.min_check, or the model was unsure of it
-        (route.min_confidence), and nothing of it was sent: the large model is asked."""
+        passed its check by less than route.min_check, the model was unsure of it
+        (route.min_confidence), or its figures are not its quote's (route.quote_figures), and
+        nothing of it was sent: the large model is asked."""
         if not self._may_cascade(route) or (live and attempt.shown):
             return False
         config = self.route_config
@@ -378,6 +388,7 @@ class QueryPipeline:
             attempt.reader.result().abstained
             or below(attempt.support, config.min_check)
             or below(attempt.confidence, config.min_confidence)
+            or (config.quote_figures and attempt.figures_disagree)
         )
 
     async def answer(

@@ -177,9 +177,12 @@ class QuotedReplyReader:
     def feed(self, delta: str) -> str:
         self._raw += delta
         try:
-            self._fields = jiter.from_json(self._raw.encode(), partial_mode="trailing-strings")
+            fields = jiter.from_json(self._raw.encode(), partial_mode="trailing-strings")
         except ValueError:  # not parseable yet (an incomplete number or keyword)
             return ""
+        if not isinstance(fields, dict):  # not the object the schema asks for: nothing read
+            return ""
+        self._fields = fields
         answer = self._fields.get("answer")
         if not isinstance(answer, str) or len(answer) <= self._shown:
             return ""
@@ -225,6 +228,16 @@ def verify_quote(reply: QuotedReply, sources: Sequence[Source]) -> bool:
         rows = {_normalise(row) for row in row_views(source.hit.text)}
         evidence.append(_normalise(quote) if _normalise(quote) in rows else text)
     return numbers_in(reply.answer) <= numbers_in(" ; ".join(evidence))
+
+
+def figures_disagree(reply: QuotedReply) -> bool:
+    """The answer states figures and its quotes state others, none of them the same: the
+    answer is not its quote's. The quote is the sentence the model names as the one stating
+    its answer, so a figure it does not carry came from elsewhere: a neighbouring fact, or a
+    value that an instruction inside a source asked for (route.quote_figures)."""
+    answer = numbers_in(reply.answer)
+    quoted = numbers_in(f"{reply.quote} ; {reply.also_quote}")
+    return bool(answer and quoted and not answer & quoted)
 
 
 class AnswerCheck:
@@ -372,6 +385,11 @@ class QuotedAnswerReader:
         if also is None or also.number == source.number:
             return reply.answer, source
         return reply.answer, source, also
+
+    def figures_disagree(self) -> bool:
+        """The reply is an answer whose figures are not its quotes' (``figures_disagree``)."""
+        reply = self._reply()
+        return reply.source != 0 and figures_disagree(reply)
 
     def withhold(self) -> None:
         """The answer check found no support: "not found" instead of the answer."""

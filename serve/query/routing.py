@@ -67,6 +67,13 @@ class RouteConfig(BaseModel):
         "withholds (min_answer_support) but not by much. Needs the small model's answers "
         "checked (best by the large model: large_checks).",
     )  # fmt: skip
+    quote_figures: bool = Field(
+        False,
+        description="With cascade: the large model is also asked when the small model's "
+        "quoted answer states figures (amounts, dates, counts) and its quote states others, "
+        "none of them the same: the answer is not its quote's (a neighbouring fact, or a value "
+        "an instruction inside a source asked for).",
+    )
     min_confidence: float | None = Field(
         None, le=0.0,
         description="With cascade: the large model is also asked when the small model's "

@@ -94,6 +94,15 @@ def test_the_reader_streams_exactly_the_answer_field_however_the_json_is_cut(ans
     assert reader.reply() == QuotedReply(1, 'He said "x".', answer)
 
 
+@pytest.mark.parametrize("raw", ['"27 days"', "[1, 2]", "27", '"answer": "27 days"}'])
+def test_a_reply_that_is_not_a_json_object_is_read_as_no_answer(raw):
+    """The engine's grammar should only let the model write the schema's object; a reply
+    that is some other JSON value is read as no answer, never an error."""
+    reader = QuotedReplyReader()
+    assert reader.feed(raw) == ""
+    assert reader.reply() == QuotedReply(0, "", "")
+
+
 def test_a_quote_is_verified_only_when_it_is_in_the_cited_chunk():
     sources = [source(1, LEAVE), source(2, PUMP)]
     assert verify_quote(QuotedReply(1, "annual leave is  27 days per calendar year.", "27 days"),

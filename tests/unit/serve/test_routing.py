@@ -14,6 +14,7 @@ from serve.query.admission import Usage
 from serve.query.attempt import answer_confidence
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
+from serve.query.quotes import QuotedReply, figures_disagree
 from serve.query.retrieval import LocalSearcher
 from serve.query.routing import (
     COMPARES,
@@ -228,6 +229,49 @@ def test_a_small_answer_it_is_unsure_of_is_asked_of_the_large_model(service):
     assert asked and not calls and answer.text == "27 days. [1]"
     answer, asked, calls = answers(-1.2, RouteConfig())  # no threshold
     assert not asked and not calls and answer.route.model == "small"
+
+
+def test_a_small_answer_whose_figures_are_not_its_quotes_is_asked_of_the_large_model(service):
+    """route.quote_figures: a small answer stating 39 days over a quote that says 27 cascades
+    (held until read whole, so also on a live stream); one that shares its quote's figure, or
+    whose quote states none, stands, as does any answer without the setting."""
+
+    def answers(quote, answer, route):
+        small = ScriptedGenerator(quoted(1, quote, answer))
+        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."))
+        pipeline = QueryPipeline(
+            LocalSearcher(service), {"small": small, "large": large},
+            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
+        )  # fmt: skip
+        deltas, answer = ask(pipeline, live=True)
+        assert "".join(deltas) == answer.text  # what was sent is the answer, no more
+        return answer, large.calls
+
+    figures = RouteConfig(quote_figures=True)
+    answer, calls = answers(QUOTE, "39 days.", figures)
+    assert calls and answer.route.decision == "cascaded" and answer.text == "27 days a year. [1]"
+    for quote, said, route in ((QUOTE, "27 days, 39 with overtime.", figures),
+                               (LEAVE.split(" is")[0], "39 days.", figures),
+                               (QUOTE, "39 days.", RouteConfig())):  # fmt: skip
+        answer, calls = answers(quote, said, route)
+        assert not calls and answer.route.model == "small", (quote, said, route)
+
+
+@pytest.mark.parametrize(
+    ("quote", "also", "answer", "disagree"),
+    [
+        ("Leave is 27 days.", "", "39 days", True),
+        ("Leave is 27 days.", "", "27 days", False),
+        ("Leave is 27 days.", "", "twenty-seven days", False),  # no figure in the answer
+        ("Article 2 - Cotisation", "", "45 euros, 70 to pass on", True),
+        ("Annual leave", "", "27 days", False),  # the quote states no figure
+        ("Leave is 27 days.", "Carry-over is 5 days.", "5 days", False),  # the second quote's
+        ("Leave is 1,200 hours.", "", "1200 hours", False),  # one number however written
+    ],
+)
+def test_figures_disagree_when_the_answer_states_none_of_its_quotes(quote, also, answer, disagree):
+    reply = QuotedReply(1, quote, answer, also_source=2 if also else 0, also_quote=also)
+    assert figures_disagree(reply) is disagree
 
 
 def test_the_confidence_is_the_mean_over_the_answer_fields_tokens():
