@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import unittest.mock
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -146,19 +147,25 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
-    """Around ray.init. It replaces SIGINT and SIGTERM handlers (SIGTERM with one that aborts
-    with a stack dump): the process's own are put back, so that Ctrl-C and `docker stop` still
-    reach it. A stop signal that arrives meanwhile is held and delivered after init: ray.init
-    interrupted half-way leaves Ray's agent processes running with nobody to stop them."""
+    """Around ray.init. A stop signal that arrives meanwhile is held and delivered after init:
+    ray.init interrupted half-way leaves Ray's processes running with nobody to stop them. Ray
+    installs SIGTERM handlers of its own during init (one that exits at once, then one that
+    kills its processes and exits 1), which would take a `docker stop` of a starting appliance
+    past this hold, to exit 15 with Ray half-started: they are not installed here
+    (``set_sigterm_handler`` made a no-op for the duration; tests/integration/test_stop.py
+    sends SIGTERM while Ray starts). The process's own handlers are put back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import ray._private.utils as ray_utils
+
     kept = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     held: list[int] = []
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: held.append(signum))
     try:
-        yield
+        with unittest.mock.patch.object(ray_utils, "set_sigterm_handler", lambda handler: None):
+            yield
     finally:
         for signum, handler in kept.items():
             signal.signal(signum, handler)

