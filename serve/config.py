@@ -253,7 +253,7 @@ class AppConfig(BaseSettings):
 
 def cross_field_problems(config: AppConfig) -> list[str]:
     """What is wrong between sections: GPU requests the machine cannot hold, a cascade on an
-    answer check that is not run."""
+    answer check that is not run, or on the quote of an answer that has none."""
     problems = gpu_requests(config)
     generator = config.generator
     if generator.models and generator.route.min_check is not None:
@@ -265,6 +265,15 @@ def cross_field_problems(config: AppConfig) -> list[str]:
                 f"which is off: set query.min_answer_support (or {checker}'s own), or remove "
                 "route.min_check"
             )
+    if (
+        generator.models
+        and generator.route.quote_figures
+        and config.query.answer_format != "quoted"
+    ):
+        problems.append(
+            "generator.route.quote_figures compares a quoted answer with its quote: set "
+            "query.answer_format: quoted, or remove route.quote_figures"
+        )
     return problems
 
 

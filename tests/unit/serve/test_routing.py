@@ -398,6 +398,14 @@ def test_a_cascade_on_the_check_needs_the_check():
     assert load_config(None, generator=two_models(min_check=0.8))  # the small model's own 0.5
 
 
+def test_a_cascade_on_the_quotes_figures_needs_quoted_answers():
+    with pytest.raises(ConfigError, match=r"route\.quote_figures compares a quoted answer"):
+        load_config(None, generator=two_models(quote_figures=True))
+    quoted = load_config(None, generator=two_models(quote_figures=True),
+                         query={"answer_format": "quoted"})  # fmt: skip
+    assert quoted.generator.route.quote_figures
+
+
 def test_the_documented_routing_example_is_a_valid_config():
     """docs/configuration.md's "Several models" example, over configs/cpu.yaml."""
     import re
