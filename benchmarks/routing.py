@@ -458,13 +458,12 @@ def report(args: argparse.Namespace) -> None:
                                         supports=(LARGE_SUPPORT,) if checked else None,
                                         confidences=cuts))  # fmt: skip
         print_separation(with_confidence(small, read_runs(args.confidence)[0]), checked)
-        if checked:  # the shipped example, and the same with route.quote_figures
+        if checked:  # the min_check example with route.quote_figures (the shipped one)
             shipped = policies["routed + cascade, large checks, min_check"][1]
             policies["routed + cascade, large checks, min_check, quote_figures"] = (
                 sure,
                 {**shipped, "quote_figures": True},
             )
-        if checked:
             policies["small + cascade on a logistic model of every signal"] = (
                 sure,
                 choose_logistic(sure, pairs(sure, "dev"), small, args.max_large),

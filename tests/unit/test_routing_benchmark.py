@@ -37,6 +37,23 @@ def test_confidence_joins_only_the_same_answer():
     assert joined["q1"]["confidence"] == -1.0 and "confidence" not in joined["q2"]
 
 
+def test_a_recorded_reply_whose_figures_are_not_its_quotes_cascades_with_quote_figures():
+    reply = '{"source": 1, "quote": "Leave is 27 days.", "answer": "39 days"}'
+    rows = {"q1": {"answer": "39 days [1]"}, "q2": {"answer": "27 days [1]"}}
+    recorded = {"q1": {"answer": "39 days [1]", "tokens": [[reply, [-0.1]]]},
+                "q2": {"answer": "27 days [1]",
+                       "tokens": [[reply.replace("39", "27"), [-0.1]]]}}  # fmt: skip
+    joined = with_confidence(rows, recorded)
+    assert joined["q1"]["figures_disagree"] and not joined["q2"]["figures_disagree"]
+    small = {**joined["q1"], "scores": [5.0], "answerable": True, "matched": False,
+             "question": "How many days of leave?", "abstained": False, "support": 0.9,
+             "timings": {"generate": 1.0}}  # fmt: skip
+    large = {**small, "matched": True, "timings": {"generate": 3.0}}
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
+    assert policy_outcome(small, large, {**policy, "quote_figures": True})[2] == "cascade"
+    assert policy_outcome(small, large, policy)[2] == "small"
+
+
 def test_a_narrowly_checked_small_answer_cascades_under_min_check():
     small = {"scores": [5.0], "answerable": True, "question": "How many days of leave?",
              "matched": False, "abstained": False, "support": 0.7, "timings": {"generate": 1.0},
