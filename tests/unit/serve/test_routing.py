@@ -205,6 +205,20 @@ def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
         assert answer.abstained and answer.route.model == "small" and calls == []
 
 
+def streamed_with_cascade(service, small, route) -> tuple[Answer, list]:
+    """``small``'s quoted answer on a live stream, routed by ``route`` (the large model says
+    "27 days a year."): the answer, and the large model's calls. What was sent is the answer,
+    no more (a cascaded small answer was held)."""
+    large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."))
+    pipeline = QueryPipeline(
+        LocalSearcher(service), {"small": small, "large": large},
+        QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
+    )  # fmt: skip
+    deltas, answer = ask(pipeline, live=True)
+    assert "".join(deltas) == answer.text
+    return answer, large.calls
+
+
 def test_a_small_answer_it_is_unsure_of_is_asked_of_the_large_model(service):
     """route.min_confidence: the small model's answer tokens' mean log-probability under it
     cascades (the answer held until read whole, so also on a live stream); above it, or with
@@ -212,14 +226,8 @@ def test_a_small_answer_it_is_unsure_of_is_asked_of_the_large_model(service):
 
     def answers(logprob, route):
         small = ScriptedGenerator(quoted(1, QUOTE, "27 days."), logprob=logprob)
-        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."))
-        pipeline = QueryPipeline(
-            LocalSearcher(service), {"small": small, "large": large},
-            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
-        )  # fmt: skip
-        deltas, answer = ask(pipeline, live=True)
-        assert "".join(deltas) == answer.text  # what was sent is the answer, no more
-        return answer, small.calls[0]["logprobs"], large.calls
+        answer, large_calls = streamed_with_cascade(service, small, route)
+        return answer, small.calls[0]["logprobs"], large_calls
 
     unsure = RouteConfig(min_confidence=-0.5)
     answer, asked, calls = answers(-1.2, unsure)
@@ -237,15 +245,7 @@ def test_a_small_answer_whose_figures_are_not_its_quotes_is_asked_of_the_large_m
     whose quote states none, stands, as does any answer without the setting."""
 
     def answers(quote, answer, route):
-        small = ScriptedGenerator(quoted(1, quote, answer))
-        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."))
-        pipeline = QueryPipeline(
-            LocalSearcher(service), {"small": small, "large": large},
-            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=1), route=route,
-        )  # fmt: skip
-        deltas, answer = ask(pipeline, live=True)
-        assert "".join(deltas) == answer.text  # what was sent is the answer, no more
-        return answer, large.calls
+        return streamed_with_cascade(service, ScriptedGenerator(quoted(1, quote, answer)), route)
 
     figures = RouteConfig(quote_figures=True)
     answer, calls = answers(QUOTE, "39 days.", figures)
