@@ -374,8 +374,7 @@ def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[st
         if tokens:
             reader = QuotedReplyReader()
             reader.feed("".join(text for text, _ in tokens))
-            reply = reader.reply()
-            out[i]["figures_disagree"] = reply.source != 0 and figures_disagree(reply)
+            out[i]["figures_disagree"] = figures_disagree(reader.reply())
     return out
 
 
@@ -458,6 +457,11 @@ def report(args: argparse.Namespace) -> None:
                                         supports=(LARGE_SUPPORT,) if checked else None,
                                         confidences=cuts))  # fmt: skip
         print_separation(with_confidence(small, read_runs(args.confidence)[0]), checked)
+        read = [r for r in sure.values() if "figures_disagree" in r]
+        flagged = [r for r in read if r["figures_disagree"]]
+        print(f"quote_figures: {len(flagged)} of the {len(read)} recorded replies state figures "
+              f"none of their quote's; {sum(not right(r, 0.0) for r in flagged)} of those "
+              "answers are wrong")  # fmt: skip
         if checked:  # the min_check example with route.quote_figures (the shipped one)
             shipped = policies["routed + cascade, large checks, min_check"][1]
             policies["routed + cascade, large checks, min_check, quote_figures"] = (

@@ -387,9 +387,9 @@ class QuotedAnswerReader:
         return reply.answer, source, also
 
     def figures_disagree(self) -> bool:
-        """The reply is an answer whose figures are not its quotes' (``figures_disagree``)."""
-        reply = self._reply()
-        return reply.source != 0 and figures_disagree(reply)
+        """The reply's answer's figures are not its quotes' (``figures_disagree``; never so for
+        "not found", which has neither)."""
+        return figures_disagree(self._reply())
 
     def withhold(self) -> None:
         """The answer check found no support: "not found" instead of the answer."""
