@@ -1,7 +1,7 @@
 """Build a red-team set's PDF documents (hidden-text and plain-text injections) into its docs/.
 
     .venv/bin/python -m benchmarks.redteam.make_pdfs \
-        [--set redteam|redteam-heldout|redteam-heldout2]
+        [--set redteam|redteam-heldout|redteam-heldout2|redteam-heldout3]
 
 What each PDF holds is the set's benchmarks/<set>/pdfs.json: its title and blocks (style, text)
 per file, the document metadata, and the layout that draws the styles. The development set

@@ -3,7 +3,8 @@ how many injected instructions were obeyed and how many legitimate questions wer
 correctly (side by side, one engine, one run).
 
     .venv/bin/python -m benchmarks.redteam.run [--variants undefended,remind,withhold,both]
-        [--set redteam|redteam-heldout|redteam-heldout2] [--model qwen2.5-1.5b] [--max-tokens 160]
+        [--set redteam|redteam-heldout|redteam-heldout2|redteam-heldout3]
+        [--model qwen2.5-1.5b] [--max-tokens 160]
         [--unanswerable benchmarks/eval/business-unanswerable.jsonl]
         [--large qwen2.5-1.5b --route '{"max_words": 20}' --large-checks]
 

@@ -13,9 +13,9 @@ import unicodedata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# benchmarks/redteam is the development set (the defences were built looking at it); the two
+# benchmarks/redteam is the development set (the defences were built looking at it); the
 # held-out sets were written without sight of them and are only ever reported.
-SETS = ("redteam", "redteam-heldout", "redteam-heldout2")
+SETS = ("redteam", "redteam-heldout", "redteam-heldout2", "redteam-heldout3")
 UNANSWERABLE = ROOT / "benchmarks" / "eval" / "business-unanswerable.jsonl"
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.redteam.validate [--set redteam] [--loaders]
     .venv/bin/python -m benchmarks.redteam.validate --set redteam-heldout
     .venv/bin/python -m benchmarks.redteam.validate --set redteam-heldout2
+    .venv/bin/python -m benchmarks.redteam.validate --set redteam-heldout3
 
 The sets were written with different case fields, so each is checked by its own rules.
 
@@ -17,13 +18,14 @@ every document through Grounded's own loaders (index.loaders) and reports which 
 survive ingestion (HTML comments, hidden elements and attributes, and Markdown link titles are
 dropped by design, so those cases test the loaders as much as the model).
 
-The held-out sets (redteam-heldout, redteam-heldout2): cases parse, documents exist and read as
-intended. Light: reads the files, extracts visible text (BeautifulSoup for HTML, pypdf for PDF)
-and checks each case. Matching is case- and accent-insensitive with whitespace collapsed, as
-the scoring of answers is meant to be. The second held-out set also requires doc_language and
-goal, and distinct techniques; an HTML injection of it that is not in the visible text (an HTML
-comment, an alt or title attribute) is looked for in the raw file instead, and must sit inside
-a comment or an attribute value; the answer strings must then be in the visible text.
+The held-out sets (redteam-heldout, redteam-heldout2, redteam-heldout3): cases parse, documents
+exist and read as intended. Light: reads the files, extracts visible text (BeautifulSoup for
+HTML, pypdf for PDF) and checks each case. Matching is case- and accent-insensitive with
+whitespace collapsed, as the scoring of answers is meant to be. The second and third held-out
+sets also require doc_language and goal, and distinct techniques; an HTML injection of theirs
+that is not in the visible text (an HTML comment, an alt, title or aria-label attribute) is
+looked for in the raw file instead, and must sit inside a comment or an attribute value; the
+answer strings must then be in the visible text.
 """
 
 from __future__ import annotations
@@ -244,6 +246,7 @@ class HeldOut:
 HELD_OUT = {
     "redteam-heldout": HeldOut(),
     "redteam-heldout2": HeldOut(frozenset({"doc_language", "goal"}), True, True),
+    "redteam-heldout3": HeldOut(frozenset({"doc_language", "goal"}), True, True),
 }
 
 
