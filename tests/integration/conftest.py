@@ -6,16 +6,12 @@ pytest process holds one Ray at a time and other modules start their own."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from serve.config import AppConfig
 from tests.appliances import shared_appliance_config
-from tests.conftest import REPO
 
 SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
 
@@ -70,41 +66,6 @@ def _one_appliance_at_a_time(request, _shared):
 def shared_appliance(_shared) -> tuple:
     """(running, config) of the shared appliance; a module makes its own tenant's keys."""
     return _shared.start()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def fetches(request, tmp_path_factory):
-    """The models that the selected modules name in ``FETCHED``, fetched into the repository's
-    data directory from the first integration test, in the order the modules need them, when
-    not installed yet (a fresh clone): converting the two generators takes about 2.6 minutes of
-    CPU, which the appliance start-ups before those modules leave half idle. A module's own
-    ``fetch`` finds its model installed, or waits on the models folder's lock for the one being
-    fetched; if the background fetch failed, it fetches again itself and shows the error."""
-    from serve.models import is_installed
-
-    names = list(dict.fromkeys(
-        name for item in request.session.items for name in getattr(item.module, "FETCHED", ())
-    ))  # fmt: skip
-    missing = [name for name in names if not is_installed(name, REPO / "data")]
-    if not missing:
-        yield
-        return
-    log = tmp_path_factory.mktemp("fetches") / "fetch.log"
-    fetch = (
-        "import sys; from pathlib import Path; from serve.models import fetch\n"
-        "for name in sys.argv[2:]: fetch(name, Path(sys.argv[1]))"
-    )
-    with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-c", fetch, str(REPO / "data"), *missing],
-                                   cwd=REPO, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-    yield
-    if process.poll() is None:  # the session ended first (-x, Ctrl-C): stop it, and with
-        process.send_signal(signal.SIGINT)  # SIGINT its temporary folder is removed
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -30,7 +30,6 @@ from tests.openai_schema import chunk_conforms, conforms
 from tests.openai_spec import conforms_to, documented_operations, spec_conforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
-FETCHED = ("qwen2.5-0.5b", "ms-marco-minilm-l12")  # started early: tests/integration/conftest.py
 JS = REPO / "tests" / "clients" / "js"
 LEAVE = "How many days of paid annual leave do employees get per year?"
 ZEBRA = b"Field notes. The zebra crossing code is QX-77. It opens the north gate."

@@ -29,7 +29,6 @@ from tests.conftest import CORPUS, REPO, with_judge
 from tests.documents import format_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.model]
-FETCHED = ("ms-marco-minilm-l12", "qwen2.5-1.5b")  # started early: tests/integration/conftest.py
 
 
 @pytest.fixture(scope="module")
