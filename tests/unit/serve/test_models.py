@@ -7,16 +7,14 @@ from pathlib import Path
 import pytest
 
 from index.errors import ConfigError
+from serve.model_files import ModelIntegrityError, assemble_gguf, extract_folder
 from serve.models import (
     EMBEDDERS,
     JUDGES,
     MODELS,
     EmbedderSpec,
     FolderSpec,
-    ModelIntegrityError,
     ModelSpec,
-    assemble_gguf,
-    extract_folder,
     fetch,
     is_installed,
     resolve_model,
@@ -283,7 +281,7 @@ def test_a_conversion_parses_each_gguf_file_once(tmp_path):
     import gguf
     import numpy as np
 
-    from serve.models import _one_gguf_reader
+    from serve.model_files import _one_gguf_reader
 
     paths = [tmp_path / "a.gguf", tmp_path / "b.gguf"]
     for path in paths:
