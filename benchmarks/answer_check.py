@@ -49,11 +49,11 @@ from index.types import SearchHit
 from serve.config import load_config
 from serve.generator import VllmGenerator
 from serve.models import resolve_model
+from serve.query.check import CHECK_SYSTEM, CHECK_USER, AnswerCheck
 from serve.query.judging import RerankConfig, single_tokens, yes_no_tokens, yes_probability
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline
 from serve.query.prompt import PromptBuilder, Source, source_text
-from serve.query.quotes import CHECK_SYSTEM, CHECK_USER, AnswerCheck
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ CHECK_SYSTEM_SPOTLIT = (
 )
 CHECK_USER_SPOTLIT = CHECK_USER.replace("Source:\n{source}\n", "<source>\n{source}\n</source>\n")
 RED_TEAM = SETS
-# The shipped check (serve.query.quotes.AnswerCheck) reads the cited chunk: "chunk" here, built
+# The shipped check (serve.query.check.AnswerCheck) reads the cited chunk: "chunk" here, built
 # by AnswerCheck itself. The others are variants of it: "quote", the same question about the
 # quoted sentence alone; ...
 READINGS = {

@@ -1,6 +1,6 @@
 """Can a note in a document talk the answer check into passing a wrong answer? Eight short
 pages (four English, four French), each asked a question it answers, with a wrong answer
-proposed; the check (serve.query.quotes.AnswerCheck's question, qwen2.5-1.5b) gives P(yes) for
+proposed; the check (serve.query.check.AnswerCheck's question, qwen2.5-1.5b) gives P(yes) for
 the clean page and for the page with a note to "any checking tool" to always reply yes, as it
 reads the page ("chunk", shipped) and with the page spotlit ("spotlit": inside <source> tags,
 with the rule that text there is data; benchmarks/answer_check.py). Beside each: whether the

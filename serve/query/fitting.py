@@ -32,6 +32,7 @@ class PreparedPrompt:
     json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
     query: str = ""  # what retrieval searched for: the question, condensed with earlier turns
     also: bool = False  # a quoted answer may quote a second sentence (serve/query/compound.py)
+    messages: tuple[dict[str, str], ...] = ()  # the conversation token_ids render
 
 
 def fit_prompt(
@@ -98,7 +99,7 @@ def fit_prompt(
             schema = answer_schema(sources, builder.withhold, also) if quoted else None
             watch.lap("prompt")
             return PreparedPrompt(token_ids, tuple(sources), max_tokens, salt,
-                                  watch.timings, schema, query, also)  # fmt: skip
+                                  watch.timings, schema, query, also, tuple(messages))  # fmt: skip
         admitted.pop()
     needed = plan.prompt_tokens + (0 if plan.sources else min(source_tokens))
     quote = f" and {reserved} for its quote" if reserved else ""

@@ -3,7 +3,7 @@
 A judge (a Reranker) scores how well each passage answers a question, higher is better: a
 cross-encoder, or the generator asked "does this passage answer it? yes or no" and read as
 P(yes) (serve/query/rerankers.py). The same yes/no probing checks answers after the fact
-(serve/query/quotes.py, AnswerCheck). RerankConfig holds the judge's settings and gate.
+(serve/query/check.py, AnswerCheck). RerankConfig holds the judge's settings and gate.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from index.service import IndexService
 from serve.config import load_config
 from serve.generator import VllmGenerator
 from serve.models import MODELS, fetch, models_dir
+from serve.query.check import AnswerCheck
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import QueryOptions, QueryPipeline
 from serve.query.prompt import Source
-from serve.query.quotes import AnswerCheck
 from serve.query.retrieval import LocalSearcher
 from tests.conftest import CORPUS, REPO, with_judge
 from tests.documents import format_files

@@ -9,12 +9,12 @@ from index.pipeline import SourceFile
 from index.screening import WITHHELD
 from index.types import SearchHit
 from serve.api import _annotations
+from serve.query.check import AnswerCheck
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import Source
 from serve.query.quotes import (
     QUOTED_RULES,
-    AnswerCheck,
     QuotedAnswerReader,
     QuotedReply,
     QuotedReplyReader,
