@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from serve.query.admission import Admission, Grant, Usage
-from serve.query.check import CONTEXT_CHECK_OVERHEAD, AnswerCheck
+from serve.query.check import AnswerCheck
 from serve.query.citations import ProseAnswerReader
 from serve.query.fitting import PreparedPrompt
 from serve.query.gate import not_found_message
@@ -35,8 +35,6 @@ class Attempt:
     rest: str = ""  # what is shown once the answer is read whole
     # The reply's deltas with their tokens' log-probabilities, when asked (``logprobs``).
     tokens: list[tuple[str, tuple[float, ...]]] | None = None
-    # The checker's own prompt, when the check is asked after it (route.check_in_context).
-    check_in: PreparedPrompt | None = None
 
     @classmethod
     def of(
@@ -103,10 +101,7 @@ async def generate(
         return delta if attempt.shown else delta.lstrip()
 
     reservation = len(prepared.token_ids) + prepared.max_tokens
-    if check and attempt.check_in:  # the check runs within the generation's admission
-        reservation += len(attempt.check_in.token_ids) + prepared.max_tokens
-        reservation += CONTEXT_CHECK_OVERHEAD  # the reply's end and the check's turn
-    elif check:
+    if check:  # the check runs within the generation's admission: reserve it too
         reservation += check.reservation(
             prepared.query, prepared.sources, prepared.max_tokens, prepared.also
         )
@@ -154,10 +149,7 @@ async def generate(
             span.end()
         if check and (pending := reader.to_check()):  # within the generation's admission
             checking = time.perf_counter()
-            if attempt.check_in:
-                check_prompt = check.in_context(attempt.check_in.messages, reader.raw)
-            else:
-                check_prompt = check.prompt(prepared.query, *pending)
+            check_prompt = check.of_reply(prepared.query, pending, prepared.sources)
             attempt.support = await check.support(check_prompt, prepared.cache_salt)
             timings["check"] = timings.get("check", 0.0) + since(checking)
             attempt.check_usage = Usage(len(check_prompt), 0, 1)

@@ -32,7 +32,7 @@ class PreparedPrompt:
     json_schema: dict[str, Any] | None = None  # quoted answers: the schema the engine enforces
     query: str = ""  # what retrieval searched for: the question, condensed with earlier turns
     also: bool = False  # a quoted answer may quote a second sentence (serve/query/compound.py)
-    messages: tuple[dict[str, str], ...] = ()  # the conversation token_ids render
+    messages: tuple[dict[str, str], ...] = ()  # the conversation that token_ids render
 
 
 def fit_prompt(

@@ -112,8 +112,9 @@ class QueryPipeline:
             threshold = (min_support or {}).get(checker, config.min_answer_support)
             if threshold is not None:
                 self.checkers[name] = checker
+                every = checker != name and self.route_config.check_every_source
                 self.checks[name] = AnswerCheck(self.generators[checker], threshold,
-                                                config.withhold_instructions)  # fmt: skip
+                                                config.withhold_instructions, every)  # fmt: skip
         self.answer_check = self.checks.get(self.small)
 
     async def retrieve(
@@ -303,19 +304,14 @@ class QueryPipeline:
         confidence = may_cascade and self.route_config.min_confidence is not None
         attempt = self._attempt(route.model, prepared, question, confidence,
                                 hold=may_cascade and self.route_config.quote_figures)  # fmt: skip
-        large_prompt = None  # the large model's, built once for its check and a cascade
-        if self._checks_in_context(attempt):
-            large_prompt = self.prompt(self.large, tenant, question, history, hits, query,
-                                       max_tokens, options)  # fmt: skip
-            attempt.check_in = large_prompt
         generating = time.perf_counter()
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
         usage = attempt.usage({}, self.checkers.get(attempt.model, attempt.model))
         if self._cascades(route, attempt, live):
             cascading = time.perf_counter()
-            prepared = large_prompt or self.prompt(self.large, tenant, question, history, hits,
-                                                   query, max_tokens, options)  # fmt: skip
+            prepared = self.prompt(self.large, tenant, question, history, hits, query,
+                                   max_tokens, options)  # fmt: skip
             large = self._attempt(self.large, prepared, question)
             try:
                 async for delta in self._generate(large, f"{request_id}-c" if request_id else "",
@@ -376,13 +372,6 @@ class QueryPipeline:
         """``attempt``'s deltas from its model, checked by its check (serve/query/attempt.py)."""
         return generate(attempt, self.generators[attempt.model],
                         self.checks.get(attempt.model), *args)  # fmt: skip
-
-    def _checks_in_context(self, attempt: Attempt) -> bool:
-        """The large model checks this quoted small answer after its own prompt
-        (route.check_in_context)."""
-        return (self.route_config.check_in_context and attempt.model != self.large
-                and self.checkers.get(attempt.model) == self.large
-                and bool(attempt.prepared.json_schema))  # fmt: skip
 
     def _may_cascade(self, route: Route) -> bool:
         return (self.route_config.cascade and route.decision == "routed"

@@ -160,14 +160,14 @@ class QuotedReplyReader:
     ``answer`` field (the only part a client is shown while it is generated)."""
 
     def __init__(self) -> None:
-        self.raw = ""
+        self._raw = ""
         self._shown = 0
         self._fields: dict[str, Any] = {}
 
     def feed(self, delta: str) -> str:
-        self.raw += delta
+        self._raw += delta
         try:
-            fields = jiter.from_json(self.raw.encode(), partial_mode="trailing-strings")
+            fields = jiter.from_json(self._raw.encode(), partial_mode="trailing-strings")
         except ValueError:  # not parseable yet (an incomplete number or keyword)
             return ""
         if not isinstance(fields, dict):  # not the object the schema asks for: nothing read
@@ -295,10 +295,6 @@ class QuotedAnswerReader:
             self._held += text
             return ""
         return text
-
-    @property
-    def raw(self) -> str:
-        return self._reader.raw  # the reply as the model wrote it
 
     def _reply(self) -> QuotedReply:
         """The model's reply, cited to a source that holds its quote and its numbers: chunks

@@ -12,7 +12,6 @@ from serve.budgets import BudgetsConfig, Ledger, Prices
 from serve.config import load_config
 from serve.query.admission import Usage
 from serve.query.attempt import answer_confidence
-from serve.query.check import CHECK_SYSTEM, CONTEXT_CHECK_USER
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.quotes import QuotedReply, figures_disagree
@@ -192,54 +191,49 @@ def test_a_small_answer_that_passes_its_check_narrowly_is_asked_of_the_large_mod
         assert answer.route.decision == "routed"
 
 
-def test_the_large_model_checks_a_small_answer_after_its_own_prompt(service):
-    """route.check_in_context: the large model's check reads the prompt it would answer from
-    (every source), the small model's reply as the answer, then whether it is right; a
-    cascade under min_check answers from that same prompt (cached as the check's prefix)."""
+def test_the_large_model_checks_a_small_answer_against_every_source(service):
+    """route.check_every_source: the large model's check of a small answer reads every source
+    of its prompt (the pump's too), not only the cited one; its P(yes) decides as before."""
 
-    def answers(support: float) -> tuple[Answer, ScriptedGenerator, list]:
+    def answers(every: bool, support: float) -> tuple[Answer, list]:
         checks = []
 
         def judge(messages):
-            checks.append(messages)
+            checks.append(messages[-1]["content"])
             return support
 
         small = ScriptedGenerator(quoted(1, QUOTE, "27 days."))
         large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."), judge=judge)
-        route = RouteConfig(large_checks=True, check_in_context=True, min_check=0.8)
+        route = RouteConfig(large_checks=True, check_every_source=every, min_check=0.8)
         pipeline = QueryPipeline(
             LocalSearcher(service), {"small": small, "large": large},
             QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=2), route=route,
             min_support={"large": 0.5},
         )  # fmt: skip
-        return ask(pipeline)[1], large, checks
+        return ask(pipeline)[1], checks
 
-    narrow, large, checks = answers(0.6)
-    *prompt, reply, verify = checks[0]
-    assert reply == {"role": "assistant", "content": quoted(1, QUOTE, "27 days.")}
-    assert verify == {"role": "user", "content": CONTEXT_CHECK_USER}
-    shown = " ".join(m["content"] for m in prompt)
-    assert LEAVE in shown and "The pump needs oil every month." in shown  # every source
+    PUMP = "The pump needs oil every month."
+    stands, checks = answers(every=True, support=0.9)
+    assert stands.route.model == "small" and stands.text == "27 days. [1]"
+    [check] = checks
+    assert LEAVE in check and PUMP in check and "Proposed answer: 27 days." in check
+    narrow, checks = answers(every=True, support=0.6)
     assert narrow.route.decision == "cascaded" and narrow.text == "27 days a year. [1]"
-    [cascade] = large.calls
-    assert cascade["tokens"] == len(large.render(prompt))  # the check's prefix, answered from
-    assert len(checks) == 2 and checks[1][0]["content"] == CHECK_SYSTEM  # its own: as before
-
-    stands, large, checks = answers(0.9)
-    assert stands.route.model == "small" and stands.text == "27 days. [1]" and not large.calls
-    check_tokens = len(large.render(checks[0]))
-    assert stands.model_usage["large"] == Usage(check_tokens, 0, 1)  # the check, to the large
+    assert PUMP in checks[0] and PUMP not in checks[1]  # the large answer's own: cited only
+    _, checks = answers(every=False, support=0.9)
+    assert LEAVE in checks[0] and PUMP not in checks[0]
 
 
-def test_a_check_in_context_needs_the_large_models_check_of_quoted_answers():
+def test_a_check_of_every_source_needs_the_large_models_check_of_quoted_answers():
     query = {"answer_format": "quoted", "min_answer_support": 0.65}
-    with pytest.raises(ConfigError, match=r"route\.check_in_context is the large model's"):
-        load_config(None, generator=two_models(check_in_context=True), query=query)
-    with pytest.raises(ConfigError, match=r"route\.check_in_context is the large model's"):
-        load_config(None, generator=two_models(check_in_context=True, large_checks=True))
-    config = load_config(None, generator=two_models(check_in_context=True, large_checks=True),
+    refused = r"route\.check_every_source is the large model's"
+    with pytest.raises(ConfigError, match=refused):
+        load_config(None, generator=two_models(check_every_source=True), query=query)
+    with pytest.raises(ConfigError, match=refused):
+        load_config(None, generator=two_models(check_every_source=True, large_checks=True))
+    config = load_config(None, generator=two_models(check_every_source=True, large_checks=True),
                          query=query)  # fmt: skip
-    assert config.generator.route.check_in_context
+    assert config.generator.route.check_every_source
 
 
 def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):

@@ -1,0 +1,143 @@
+"""Which check of the small model's answer by the large one best tells its right answers from
+its wrong ones (issue 39's cascade)? The small model (qwen2.5-0.5b) answers the development
+questions of the human-written sets (every second one, as benchmarks.routing collect takes
+them); the large model (qwen2.5-1.5b) gives P(yes) for each answer four ways:
+
+- ``cited``: the shipped check (serve/query/check.py ``AnswerCheck.prompt``): the cited source,
+  the question, the proposed answer, in a fresh conversation;
+- ``all``: the same question with every source of the prompt instead of the cited one;
+- ``context``: after the large model's own answer prompt, the small model's raw reply as the
+  assistant's turn, then ``CONTEXT`` (a cascade would find that prompt cached);
+- ``context-doubt``: the same, the last turn saying that the reply came from a less reliable
+  model.
+
+    .venv/bin/python -m benchmarks.experiments.check_variants [--every 2] [--limit N]
+
+It prints each variant's AUROC (right answers ranked above wrong ones) over the answerable
+questions the small model answered, per language and overall, and writes the rows to
+benchmarks/eval/routing/check-variants.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+from benchmarks.retrieval_quality import CACHE
+from benchmarks.routing import ROOT, SETS, TENANTS
+from serve.eval.metrics import answer_matches
+from serve.eval.run import load_questions
+
+CONTEXT = (
+    "Check the reply above against the sources: does it answer my question correctly, as the "
+    "sources state it? Reply with one word: yes or no."
+)
+DOUBT = (
+    "That reply came from a smaller, less reliable model and may be wrong: it may answer from a "
+    "neighbouring fact, another person, place or date, or a figure of another sentence. Read "
+    "the sources again. Is its answer correct? Reply with one word: yes or no."
+)
+OUT = ROOT / "benchmarks/eval/routing/check-variants.jsonl"
+
+
+def auroc(rows: list[tuple[float, bool]]) -> float | None:
+    right = [s for s, ok in rows if ok]
+    wrong = [s for s, ok in rows if not ok]
+    if not right or not wrong:
+        return None
+    wins = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
+    return wins / len(right) / len(wrong)
+
+
+async def main(args: argparse.Namespace) -> None:
+    from index.service import IndexService
+    from serve.config import load_config
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.check import AnswerCheck
+    from serve.query.gate import not_found_message
+    from serve.query.pipeline import QueryPipeline
+    from serve.query.prompt import PromptBuilder
+    from serve.query.quotes import QuotedAnswerReader
+    from serve.query.retrieval import LocalSearcher
+
+    config = load_config(ROOT / "configs/cpu.yaml", data_dir=CACHE / "data")
+    engines = {}
+    for name, model in (("small", "qwen2.5-0.5b"), ("large", "qwen2.5-1.5b")):
+        folder = resolve_model(model, config.data_dir)
+        engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
+    service = IndexService(config.index, config.data_dir).start()
+    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query)
+    large = engines["large"]
+    check = AnswerCheck(large, 0.0, config.query.withhold_instructions)
+    escape = PromptBuilder(large.special_tokens).escape
+    todo = [(language, q) for language in ("en", "fr") for q in load_questions(SETS[language])
+            if q.split == "dev" and int(q.id.rsplit("-", 1)[1]) % args.every == 0
+            and q.answerable][: args.limit]  # fmt: skip
+    print(f"{len(todo)} answerable dev questions", flush=True)
+    slots = asyncio.Semaphore(4)
+    OUT.unlink(missing_ok=True)
+
+    async def one(language, q):
+        async with slots:
+            tenant = TENANTS[language]
+            query, hits = await pipeline.evidence(tenant, q.question)
+            if not hits:
+                return
+            prepared = pipeline.prompt("small", tenant, q.question, (), hits, query)
+            text = ""
+            async for chunk in engines["small"].stream(
+                prepared.token_ids, max_tokens=prepared.max_tokens,
+                cache_salt=prepared.cache_salt, json_schema=prepared.json_schema,
+            ):  # fmt: skip
+                text += chunk.text
+            reader = QuotedAnswerReader(prepared.sources, not_found_message(q.question),
+                                        hold=True, question=q.question)  # fmt: skip
+            reader.feed(text)
+            pending = reader.to_check()
+            if pending is None:  # "not found": nothing to check
+                return
+            answer = pending[0]
+            own = pipeline.prompt("large", tenant, q.question, (), hits, query)
+            after = [*own.messages, {"role": "assistant", "content": escape(text)}]
+            prompts = {
+                "cited": check.prompt(prepared.query, *pending),
+                "all": check.prompt(prepared.query, answer, *own.sources),
+                "context": large.render([*after, {"role": "user", "content": CONTEXT}]),
+                "context-doubt": large.render([*after, {"role": "user", "content": DOUBT}]),
+            }
+            row = {"id": q.id, "language": language, "answer": answer,
+                   "right": answer_matches(answer, q.answer_contains)}  # fmt: skip
+            for name, tokens in prompts.items():
+                row[name] = await check.support(tokens, prepared.cache_salt)
+            with OUT.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    try:
+        await asyncio.gather(*(one(language, q) for language, q in todo))
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+        service.close()
+    rows = [json.loads(line) for line in OUT.read_text().splitlines()]
+    print(f"\n{len(rows)} answers checked ({sum(r['right'] for r in rows)} right)")
+    print("| check | en | fr | all |\n|---|---|---|---|")
+    for name in ("cited", "all", "context", "context-doubt"):
+        cells = []
+        for language in ("en", "fr", None):
+            mine = [(r[name], r["right"]) for r in rows if language in (None, r["language"])]
+            value = auroc(mine)
+            cells.append("n/a" if value is None else f"{value:.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--every", type=int, default=2, help="every n-th dev question")
+    parser.add_argument("--limit", type=int, default=None)
+    asyncio.run(main(parser.parse_args()))
