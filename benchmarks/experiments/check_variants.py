@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from benchmarks.retrieval_quality import CACHE
-from benchmarks.routing import ROOT, SETS, TENANTS
+from benchmarks.routing import ROOT, SETS, TENANTS, auroc
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -43,15 +43,6 @@ DOUBT = (
     "the sources again. Is its answer correct? Reply with one word: yes or no."
 )
 OUT = ROOT / "benchmarks/eval/routing/check-variants.jsonl"
-
-
-def auroc(rows: list[tuple[float, bool]]) -> float | None:
-    right = [s for s, ok in rows if ok]
-    wrong = [s for s, ok in rows if not ok]
-    if not right or not wrong:
-        return None
-    wins = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
-    return wins / len(right) / len(wrong)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -130,9 +121,10 @@ async def main(args: argparse.Namespace) -> None:
     for name in ("cited", "all", "context", "context-doubt"):
         cells = []
         for language in ("en", "fr", None):
-            mine = [(r[name], r["right"]) for r in rows if language in (None, r["language"])]
-            value = auroc(mine)
-            cells.append("n/a" if value is None else f"{value:.3f}")
+            mine = [r for r in rows if language in (None, r["language"])]
+            value = auroc([r[name] for r in mine if r["right"]],
+                          [r[name] for r in mine if not r["right"]])  # fmt: skip
+            cells.append(f"{value:.3f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
