@@ -67,7 +67,7 @@ async def collect(args: argparse.Namespace) -> None:
     # --checker, the large model checks the small one's answers (route.large_checks).
     query = config.query.model_copy(update={"min_answer_support": 0.0})
     service = IndexService(config.index, config.data_dir).start()
-    route = RouteConfig(large_checks=bool(args.checker), check_every_source=args.every_source)
+    route = RouteConfig(large_checks=bool(args.checker))
     pipeline = QueryPipeline(LocalSearcher(service), engines, query, route=route)
     out = Path(args.out)
     done = set()
@@ -506,11 +506,6 @@ def main() -> None:
     run = commands.add_parser("collect")
     run.add_argument("--model", required=True)
     run.add_argument("--checker", help="the large model, to check the model's answers")
-    run.add_argument(
-        "--every-source",
-        action="store_true",
-        help="the checker reads every source (route.check_every_source)",
-    )
     run.add_argument("--out", required=True)
     run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     run.add_argument("--languages", default="en,fr")

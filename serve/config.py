@@ -265,18 +265,6 @@ def cross_field_problems(config: AppConfig) -> list[str]:
                 f"which is off: set query.min_answer_support (or {checker}'s own), or remove "
                 "route.min_check"
             )
-    route = generator.route
-    if generator.models and route.check_every_source and not (
-        route.large_checks
-        and config.query.answer_format == "quoted"
-        and (generator.models[generator.large_model].min_answer_support is not None
-             or config.query.min_answer_support is not None)
-    ):  # fmt: skip
-        problems.append(
-            "generator.route.check_every_source is the large model's check of the small "
-            "model's quoted answers: set route.large_checks: true, query.answer_format: quoted "
-            "and a min_answer_support, or remove route.check_every_source"
-        )
     if (
         generator.models
         and generator.route.quote_figures

@@ -16,6 +16,10 @@ them); the large model (qwen2.5-1.5b) gives P(yes) for each answer four ways:
 It prints each variant's AUROC (right answers ranked above wrong ones) over the answerable
 questions the small model answered, per language and overall, and writes the rows to
 benchmarks/eval/routing/check-variants.jsonl.
+
+Conclusion (2026-12-06): every source led here (0.771 against the cited check's 0.718), but
+over the whole sets it separated no better (benchmarks/results/routing.md, "Other checks of the
+small model's answers"); the in-context checks endorse nearly every reply. The cited check stays.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ async def generate(
             span.end()
         if check and (pending := reader.to_check()):  # within the generation's admission
             checking = time.perf_counter()
-            check_prompt = check.of_reply(prepared.query, pending, prepared.sources)
+            check_prompt = check.prompt(prepared.query, *pending)
             attempt.support = await check.support(check_prompt, prepared.cache_salt)
             timings["check"] = timings.get("check", 0.0) + since(checking)
             attempt.check_usage = Usage(len(check_prompt), 0, 1)

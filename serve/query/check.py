@@ -1,7 +1,8 @@
 """The answer check: does the cited source state this answer to this question? The
-generator's P(yes), asked in a fresh conversation with the cited source, or (``every_source``,
-route.check_every_source: the large model's check of the small one's answers) with every
-source of the answer's prompt, so that a passage that says otherwise is in view."""
+generator's P(yes), asked in a fresh conversation with the cited source. Two other checks were
+measured against it and not adopted (benchmarks/results/routing.md, "Other checks of the small
+model's answers"): every source of the prompt in view, and the question asked after the answer's
+own conversation."""
 
 from __future__ import annotations
 
@@ -28,15 +29,8 @@ class AnswerCheck:
     is the generator's own (``python -m benchmarks.answer_check --sweep`` chose it for
     qwen2.5-1.5b: benchmarks/results/answer-check.md)."""
 
-    def __init__(
-        self,
-        generator: Generator,
-        min_support: float,
-        withhold: bool = True,
-        every_source: bool = False,
-    ) -> None:
+    def __init__(self, generator: Generator, min_support: float, withhold: bool = True) -> None:
         self.generator, self.min_support, self.withhold = generator, min_support, withhold
-        self.every_source = every_source
         self._choices: tuple[frozenset[int], frozenset[int]] | None = None
 
     def messages(
@@ -54,28 +48,14 @@ class AnswerCheck:
         """The check's prompt tokens."""
         return self.generator.render(self.messages(question, answer, source, *more))
 
-    def of_reply(
-        self,
-        question: str,
-        pending: tuple[str, Source, *tuple[Source, ...]],
-        sources: Sequence[Source],
-    ) -> list[int]:
-        """The check's prompt for a reply's answer and the sources it cites (``pending``,
-        QuotedAnswerReader.to_check), or, with ``every_source``, every one of ``sources``."""
-        answer, *cited = pending
-        return self.prompt(question, answer, *(sources if self.every_source else cited))
-
     def reservation(
         self, question: str, sources: Sequence[Source], max_tokens: int, also: bool = False
     ) -> int:
         """The most tokens the check of an answer of up to ``max_tokens`` tokens can use: its
         prompt with the longest source (twice, when the answer may quote a second sentence,
-        which may come from the same source), or with every source, the answer, and the one
-        token it reads."""
+        which may come from the same source), the answer, and the one token it reads."""
         if not sources:
             return max_tokens + 1
-        if self.every_source:
-            return len(self.prompt(question, "", *sources)) + max_tokens + 1
         copies = 2 if also else 1
         longest = max(len(self.prompt(question, "", *[s] * copies)) for s in sources)
         return longest + max_tokens + 1

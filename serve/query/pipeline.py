@@ -112,9 +112,8 @@ class QueryPipeline:
             threshold = (min_support or {}).get(checker, config.min_answer_support)
             if threshold is not None:
                 self.checkers[name] = checker
-                every = checker != name and self.route_config.check_every_source
                 self.checks[name] = AnswerCheck(self.generators[checker], threshold,
-                                                config.withhold_instructions, every)  # fmt: skip
+                                                config.withhold_instructions)  # fmt: skip
         self.answer_check = self.checks.get(self.small)
 
     async def retrieve(

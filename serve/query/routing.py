@@ -42,12 +42,6 @@ class RouteConfig(BaseModel):
         "the large model's threshold): a stronger judge of the cheap answer, for one prompt "
         "and one token.",
     )
-    check_every_source: bool = Field(
-        False,
-        description="With large_checks: the large model checks a small answer against every "
-        "source of its prompt, not only the one it cites, so that a passage that says "
-        "otherwise is in view (a longer check prompt).",
-    )
     min_top_score: float | None = Field(
         None, description="The large model answers when the judge's best score is below this."
     )

@@ -191,51 +191,6 @@ def test_a_small_answer_that_passes_its_check_narrowly_is_asked_of_the_large_mod
         assert answer.route.decision == "routed"
 
 
-def test_the_large_model_checks_a_small_answer_against_every_source(service):
-    """route.check_every_source: the large model's check of a small answer reads every source
-    of its prompt (the pump's too), not only the cited one; its P(yes) decides as before."""
-
-    def answers(every: bool, support: float) -> tuple[Answer, list]:
-        checks = []
-
-        def judge(messages):
-            checks.append(messages[-1]["content"])
-            return support
-
-        small = ScriptedGenerator(quoted(1, QUOTE, "27 days."))
-        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."), judge=judge)
-        route = RouteConfig(large_checks=True, check_every_source=every, min_check=0.8)
-        pipeline = QueryPipeline(
-            LocalSearcher(service), {"small": small, "large": large},
-            QueryConfig(min_dense_score=0.0, answer_format="quoted", top_k=2), route=route,
-            min_support={"large": 0.5},
-        )  # fmt: skip
-        return ask(pipeline)[1], checks
-
-    PUMP = "The pump needs oil every month."
-    stands, checks = answers(every=True, support=0.9)
-    assert stands.route.model == "small" and stands.text == "27 days. [1]"
-    [check] = checks
-    assert LEAVE in check and PUMP in check and "Proposed answer: 27 days." in check
-    narrow, checks = answers(every=True, support=0.6)
-    assert narrow.route.decision == "cascaded" and narrow.text == "27 days a year. [1]"
-    assert PUMP in checks[0] and PUMP not in checks[1]  # the large answer's own: cited only
-    _, checks = answers(every=False, support=0.9)
-    assert LEAVE in checks[0] and PUMP not in checks[0]
-
-
-def test_a_check_of_every_source_needs_the_large_models_check_of_quoted_answers():
-    query = {"answer_format": "quoted", "min_answer_support": 0.65}
-    refused = r"route\.check_every_source is the large model's"
-    with pytest.raises(ConfigError, match=refused):
-        load_config(None, generator=two_models(check_every_source=True), query=query)
-    with pytest.raises(ConfigError, match=refused):
-        load_config(None, generator=two_models(check_every_source=True, large_checks=True))
-    config = load_config(None, generator=two_models(check_every_source=True, large_checks=True),
-                         query=query)  # fmt: skip
-    assert config.generator.route.check_every_source
-
-
 def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
     def answers(route=None, model=None, live=False):
         small = ScriptedGenerator("I do not know; not found in the sources.")
