@@ -60,6 +60,8 @@ async def collect(args: argparse.Namespace) -> None:
         if model:
             folder = resolve_model(model, config.data_dir)
             settings = config.generator.model_copy(update={"model": folder})
+            if name == "small" and args.temperature is not None:  # a sampled answer
+                settings = settings.model_copy(update={"temperature": args.temperature})
             engines[name] = VllmGenerator(settings).start()
     if args.logprobs:  # the small model's answer tokens and their log-probabilities, kept
         engines["small"] = Recording(engines["small"])
@@ -507,6 +509,7 @@ def main() -> None:
     run.add_argument("--model", required=True)
     run.add_argument("--checker", help="the large model, to check the model's answers")
     run.add_argument("--out", required=True)
+    run.add_argument("--temperature", type=float, help="the model's answers sampled at it")
     run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     run.add_argument("--languages", default="en,fr")
     run.add_argument("--concurrency", type=int, default=4)
