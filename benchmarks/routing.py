@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import statistics
 import time
 from collections import Counter
@@ -247,9 +248,54 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         or below(small.get("confidence"), policy.get("min_confidence"))
         or (policy.get("quote_figures") and small.get("figures_disagree"))
         or small.get("id") in policy.get("escalate", ())
+        or (policy.get("disagree") and not agrees(small))
     ):
         return right(large, LARGE_SUPPORT), seconds(small) + seconds(large), "cascade"
     return right(small, support), seconds(small), "small"
+
+
+def answers_agree(first: str, second: str) -> bool:
+    """Two answers to one question say the same: both "not found", or the same words once
+    case, punctuation and citation marks are set aside, one within the other ("27 days" and
+    "27 days a year"), or the same figures however written ("1,450" and "1450 boxes")."""
+    from serve.query.amounts import numbers_in
+    from serve.query.gate import is_not_found
+
+    if is_not_found(first) or is_not_found(second):
+        return is_not_found(first) == is_not_found(second)
+    first, second = (re.sub(r"\[\d+\]", " ", text) for text in (first, second))
+    a, b = (" ".join(re.findall(r"\w+", text.casefold())) for text in (first, second))
+    if not a or not b or a == b:
+        return a == b
+    if f" {a} " in f" {b} " or f" {b} " in f" {a} ":
+        return True
+    figures = numbers_in(first)
+    return bool(figures) and figures == numbers_in(second)
+
+
+def agrees(row: dict) -> bool:
+    """The small model's answer and its sampled one (--resampled) say the same; True where no
+    sample was recorded."""
+    return "sampled" not in row or answers_agree(row["answer"], row["sampled"])
+
+
+def with_sample(rows: dict[str, dict], sampled: dict[str, dict]) -> dict[str, dict]:
+    """``rows`` with the sampled run's answer to each question (``sampled``)."""
+    return {i: {**row, **({"sampled": sampled[i]["answer"]} if i in sampled else {})}
+            for i, row in rows.items()}  # fmt: skip
+
+
+def print_agreement(rows: dict[str, dict]) -> None:
+    """How often the small model's answer and its sample disagree, and how often it is wrong
+    then, over the answerable questions it answered."""
+    for split in ("dev", "test"):
+        answered = [r for r in rows.values() if r["split"] == split and r["answerable"]
+                    and r["scores"] and not r["abstained"] and "sampled" in r]  # fmt: skip
+        apart = [r for r in answered if not agrees(r)]
+        same = [r for r in answered if agrees(r)]
+        print(f"{split}: of {len(answered)} answered, the sample disagrees with {len(apart)}; "
+              f"wrong: {sum(not r['matched'] for r in apart)} of those, "
+              f"{sum(not r['matched'] for r in same)} of the {len(same)} others")  # fmt: skip
 
 
 def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
@@ -278,17 +324,21 @@ def choose(
     supports=None,
     confidences=None,
     checks=None,
+    disagree=False,
 ) -> dict:
     """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
     ``max_large`` of the generated questions (ties: less of the large model, then less time);
     ``supports``: the small answers' check thresholds to try (default: GRID's);
     ``confidences``: thresholds on the small answer's confidence to cascade under, to try;
-    ``checks``: thresholds on its check's P(yes) to cascade under (route.min_check), to try."""
+    ``checks``: thresholds on its check's P(yes) to cascade under (route.min_check), to try;
+    ``disagree``: also try cascading where a sampled answer disagrees (--resampled)."""
     grid = {**GRID, "small_support": supports or GRID["small_support"]}
     if confidences:
         grid["min_confidence"] = (None, *confidences)
     if checks:
         grid["min_check"] = (None, *checks)
+    if disagree:
+        grid["disagree"] = (False, True)
     best, best_key = None, None
     for values in itertools.product(*grid.values()):
         policy = {**dict(zip(grid, values, strict=True)), "cascade": cascade}
@@ -474,6 +524,18 @@ def report(args: argparse.Namespace) -> None:
                 sure,
                 choose_logistic(sure, pairs(sure, "dev"), small, args.max_large),
             )
+    if args.resampled:  # and whether a sampled answer of the small model agrees with it
+        sampled = read_runs(args.resampled)[0]
+        base = with_sample(checked or small, sampled)
+        print_agreement(base)
+        label = "routed + cascade" + (", large checks, min_check" if checked else "")
+        policies[label + ", disagreement"] = (base, choose(
+            pairs(base, "dev"), args.max_large, cascade=True,
+            supports=(LARGE_SUPPORT,) if checked else None,
+            checks=CHECK_CUTS if checked else None, disagree=True))  # fmt: skip
+        policies["small + cascade on disagreement" + (", large checks" if checked else "")] = (
+            base, {"compares": False, "cascade": True, "disagree": True,
+                   "small_support": LARGE_SUPPORT if checked else 0.0})  # fmt: skip
     print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
     for label, (_, policy) in policies.items():
@@ -522,6 +584,7 @@ def main() -> None:
     read.add_argument("large")
     read.add_argument("--large-checks", help="the small model's run with --checker (the large)")
     read.add_argument("--confidence", help="the small model's run with --logprobs")
+    read.add_argument("--resampled", help="the small model's run with --temperature")
     read.add_argument(
         "--max-large",
         type=float,

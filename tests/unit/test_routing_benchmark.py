@@ -7,10 +7,12 @@ import pytest
 
 from benchmarks.routing import (
     LARGE_SUPPORT,
+    answers_agree,
     choose_check,
     choose_logistic,
     policy_outcome,
     with_confidence,
+    with_sample,
 )
 
 pytestmark = pytest.mark.unit
@@ -85,3 +87,31 @@ def test_the_logistic_policy_asks_again_where_the_large_check_says_wrong():
     dev = [(rows[i], large[i]) for i in rows if rows[i]["split"] == "dev"]
     policy = choose_logistic(rows, dev, small, max_large=0.5)
     assert policy["escalate"] == {i for i, r in rows.items() if not r["matched"]}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "agree"),
+    [
+        ("27 days [1]", "27 days a year [2]", True),  # one within the other
+        ("1,450 [2]", "1450 boxes [1]", True),  # the same figure, written two ways
+        ("Sucre [1]", "La Paz [1]", False),
+        ("9:30 [1]", "10:30 [1]", False),
+        ("Not found in the sources.", "27 days [1]", False),
+        ("Not found in the sources.", "Not found in the sources.", True),
+    ],
+)
+def test_two_answers_agree_when_they_say_the_same(first, second, agree):
+    assert answers_agree(first, second) is agree
+
+
+def test_a_small_answer_whose_sample_disagrees_cascades_with_disagree():
+    small = {"scores": [5.0], "answerable": True, "question": "Bolivia's capital?",
+             "matched": False, "abstained": False, "support": 0.9, "answer": "La Paz [1]",
+             "timings": {"generate": 1.0}}  # fmt: skip
+    large = {**small, "matched": True, "answer": "Sucre [1]", "timings": {"generate": 3.0}}
+    [apart] = with_sample({"q": small}, {"q": {"answer": "Sucre [2]"}}).values()
+    [same] = with_sample({"q": small}, {"q": {"answer": "La Paz [1]"}}).values()
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False, "disagree": True}
+    assert policy_outcome(apart, large, policy) == (True, 4.0, "cascade")
+    assert policy_outcome(same, large, policy)[2] == "small"
+    assert policy_outcome(apart, large, {**policy, "disagree": False})[2] == "small"
