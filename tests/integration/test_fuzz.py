@@ -5,6 +5,9 @@ media type and a body valid against the documented schema (serve/openapi.py)."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+
 import pytest
 import schemathesis
 from hypothesis import strategies as st
@@ -35,20 +38,37 @@ def test_generated_requests_get_documented_answers_and_no_server_error(fuzzed):
     running, secret = fuzzed
     base = running.api_url.removesuffix("/v1")
     headers = {"Authorization": f"Bearer {secret}"}
-    fuzzer = Fuzzer(lambda case: case.call(base_url=base, headers=headers, timeout=120),
-                    EXAMPLES_PER_ROUTE)  # fmt: skip
+
+    def send(case):
+        return case.call(base_url=base, headers=headers, timeout=120)
+
+    refused: Counter[str] = Counter()  # why askable requests were not answered
+
+    def ask(case):
+        """As the openai client does, a 429 is asked again after its Retry-After (the key's
+        fair queue holds one request, and a slow host can still be settling the last)."""
+        for _ in range(5):
+            response = send(case)
+            if response.status_code != 429:
+                break
+            time.sleep(min(float(response.headers.get("retry-after", 1)), 5))
+        if response.status_code // 100 != 2:
+            refused[f"{response.status_code} {response.text[:120]}"] += 1
+        return response
+
+    fuzzer, asker = Fuzzer(send, EXAMPLES_PER_ROUTE), Fuzzer(ask, EXAMPLES_PER_ROUTE)
     sent, routes = fuzzer.sent, set()
     for operation in fuzzer.every_route(schemathesis.openapi.from_url(base + "/openapi.json")):
         routes.add(f"{operation.method.upper()} {operation.path}")
         if operation.path == "/v1/chat/completions":  # also past the checks a schema can't say
-            before = sent["2xx"]
-            fuzzer.run(st.tuples(operation.as_strategy(), st.text(min_size=1)).map(_askable))
-            answered = sent["2xx"] - before
+            asker.run(st.tuples(operation.as_strategy(), st.text(min_size=1)).map(_askable))
     assert routes == fuzzer.routes()
     assert fuzzer.requests() >= 10 * len(routes), sent
     assert sent["5xx"] == 0 and sent["4xx"] > 0, sent
-    assert answered >= EXAMPLES_PER_ROUTE // 2, (answered, sent)  # most askable ones answered
-    print(dict(sent))  # the figures for the record (pytest -s)
+    answered = asker.sent["2xx"]
+    assert asker.sent["5xx"] == 0, asker.sent
+    assert answered >= EXAMPLES_PER_ROUTE // 2, (answered, dict(refused))  # most are answered
+    print(dict(sent), dict(asker.sent), dict(refused))  # the figures for the record (pytest -s)
 
 
 def _askable(drawn):
@@ -58,7 +78,12 @@ def _askable(drawn):
     case, question = drawn
     body = case.body
     body["model"] = "grounded"  # the schema describes the served models; it cannot list them
-    body["messages"] = [*body["messages"][:-1], {"role": "user", "content": question}]
+    # Tools and turns without text are refused on purpose (400, covered by the fuzzing above):
+    # left out here, so that these requests reach the answer.
+    for field in ("tools", "tool_choice", "functions", "function_call"):
+        body.pop(field, None)
+    earlier = [m for m in body["messages"][:-1] if isinstance(m.get("content"), str)]
+    body["messages"] = [*earlier, {"role": "user", "content": question}]
     for field in ("max_tokens", "max_completion_tokens"):
         if body.get(field) is not None:
             body[field] = 1 + body[field] % 16
