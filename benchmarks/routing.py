@@ -533,6 +533,13 @@ def report(args: argparse.Namespace) -> None:
             pairs(base, "dev"), args.max_large, cascade=True,
             supports=(LARGE_SUPPORT,) if checked else None,
             checks=CHECK_CUTS if checked else None, disagree=True))  # fmt: skip
+        if checked:  # the shipped thresholds, and a cascade on disagreement too: no cap
+            shipped = choose(pairs(checked, "dev"), args.max_large, cascade=True,
+                             supports=(LARGE_SUPPORT,), checks=CHECK_CUTS)  # fmt: skip
+            policies["shipped thresholds + disagreement (over the cap)"] = (
+                base,
+                {**shipped, "disagree": True},
+            )
         policies["small + cascade on disagreement" + (", large checks" if checked else "")] = (
             base, {"compares": False, "cascade": True, "disagree": True,
                    "small_support": LARGE_SUPPORT if checked else 0.0})  # fmt: skip
