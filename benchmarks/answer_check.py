@@ -23,12 +23,6 @@ accuracy over the given (development) sets:
 
 ``--grounded-only`` reads the same runs as with ``query.grounded_only`` (the runs must be made
 without it, so that every answer is recorded).
-
-``--retry FIRST T...`` chooses the second try's threshold (query.retry_min_support) from the
-recorded P(yes) of the development sets (``retry_threshold``):
-
-    .venv/bin/python -m benchmarks.answer_check --analyse benchmarks/eval/answer-check.jsonl \
-        --retry 0.65 0.65 0.7 0.75 0.8 0.85
 """
 
 from __future__ import annotations
@@ -282,43 +276,6 @@ def analyse(rows: list[dict]) -> None:
             print(f"| {reading} | {threshold:.3f} | {name} | " + " | ".join(cells) + " |")
 
 
-def development(rows: list[dict]) -> list[dict]:
-    """The rows of the development sets: the development red-team set and the development
-    halves of the human-written questions."""
-    split = {}
-    for language in ("en", "fr"):
-        for line in (ROOT / "benchmarks" / "eval" / f"human-{language}.jsonl").open():
-            question = json.loads(line)
-            split[question["id"]] = question.get("split")
-    return [r for r in rows if r["set"] == "redteam"
-            or (r["set"].startswith("human") and split.get(r["id"]) == "dev")]  # fmt: skip
-
-
-def retry_threshold(rows: list[dict], first: float, grid: list[float], reading="chunk") -> float:
-    """The second try's threshold (query.retry_min_support): the lowest of ``grid`` at which
-    the false answers (wrong or unanswerable) of the development sets pass at most half as often
-    as at ``first``, the check's own threshold; the better of two tries then passes a false
-    answer about as often as one try does. Prints the rates."""
-    rows = [r for r in development(rows) if isinstance(r.get(reading), float)]
-    false = [r[reading] for r in rows if r["outcome"] != "correct"]
-    right = [r[reading] for r in rows if r["outcome"] == "correct"]
-
-    def passing(scores: list[float], threshold: float) -> float:
-        return sum(s >= threshold for s in scores) / len(scores)
-
-    limit = passing(false, first) / 2
-    print(f"development: {len(false)} false answers, {len(right)} right ones; at {first}: "
-          f"false pass {passing(false, first):.3f}, so at most {limit:.3f}")  # fmt: skip
-    print("| threshold | false answers passing | right answers passing |\n|---|---|---|")
-    for threshold in sorted(grid):
-        print(
-            f"| {threshold} | {passing(false, threshold):.3f} | {passing(right, threshold):.3f} |"
-        )
-    chosen = min(t for t in grid if passing(false, t) <= limit)
-    print(f"chosen: {chosen}")
-    return chosen
-
-
 def wiki_tenant(name: str) -> str:
     """The Wikipedia tenant of an evaluation run named NAME: wiki-en or wiki-fr, by the
     language NAME names (human-fr-dev: wiki-fr)."""
@@ -503,11 +460,6 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--analyse")
     parser.add_argument(
-        "--retry", type=float, nargs="+", metavar=("FIRST", "T"),
-        help="with --analyse: the check's threshold, then the second try's thresholds to "
-        "compare (query.retry_min_support)",
-    )  # fmt: skip
-    parser.add_argument(
         "--language", choices=("en", "fr"), help="analyse only the questions in this language"
     )
     parser.add_argument(
@@ -566,11 +518,6 @@ def main() -> None:
             slope_sweep(live, {"en": en, "fr": fr}, args.sweep, args.grounded_only)
         else:
             sweep(live, args.gates, args.sweep, args.grounded_only)
-    elif args.retry:
-        if not args.analyse or len(args.retry) < 2:
-            parser.error("--retry FIRST T... needs --analyse FILE and at least one T")
-        rows = [json.loads(line) for line in Path(args.analyse).read_text().splitlines()]
-        retry_threshold(rows, args.retry[0], args.retry[1:])
     else:
         rows = raw_scores(args, collect)
         if args.language:

@@ -253,19 +253,9 @@ class AppConfig(BaseSettings):
 
 def cross_field_problems(config: AppConfig) -> list[str]:
     """What is wrong between sections: GPU requests the machine cannot hold, a cascade on an
-    answer check that is not run, or on the quote of an answer that has none, a retry of answers
-    no check withholds."""
+    answer check that is not run, or on the quote of an answer that has none."""
     problems = gpu_requests(config)
     generator = config.generator
-    checked = config.query.min_answer_support is not None or any(
-        model.min_answer_support is not None for model in (generator.models or {}).values()
-    )
-    if config.query.retry_min_support is not None and not checked:
-        problems.append(
-            "query.retry_min_support asks again when the answer check withholds an answer, and "
-            "no check is on: set query.min_answer_support (or a model's own), or remove "
-            "query.retry_min_support"
-        )
     if generator.models and generator.route.min_check is not None:
         checker = generator.large_model if generator.route.large_checks else generator.small_model
         if (generator.models[checker].min_answer_support is None

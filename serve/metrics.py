@@ -26,7 +26,7 @@ class Metrics:
         self.stage = Histogram(
             "grounded_stage_seconds",
             "Query path latency per stage (condense, embed, retrieve, rerank, prompt, "
-            "admission, first_token, first_text, check, cascade, retry, generate, total).",
+            "admission, first_token, first_text, check, cascade, generate, total).",
             boundaries=STAGE_BUCKETS, tag_keys=("stage",),
         )  # fmt: skip
         self.tokens = Counter(

@@ -21,14 +21,13 @@ class ScriptedGenerator:
 
     def __init__(
         self,
-        reply: str | Callable[[list[dict[str, str]]], str] = "",
+        reply: str = "",
         max_model_len: int = 4096,
         judge: Callable[[list[dict[str, str]]], float] | None = None,
         finish_reason: str = "stop",
         logprob: float = -0.1,
     ) -> None:
-        """``reply``: the text streamed, or a function of the rendered messages that gives it;
-        ``logprob``: every streamed token's log-probability, when a stream asks for them."""
+        """``logprob``: every streamed token's log-probability, when a stream asks for them."""
         self.reply, self.finish_reason, self.logprob = reply, finish_reason, logprob
         self.max_model_len = max_model_len
         self.judge = judge
@@ -63,10 +62,7 @@ class ScriptedGenerator:
              "priority": priority, "request_id": request_id, "json_schema": json_schema,
              "logprobs": logprobs}
         )  # fmt: skip
-        reply = self.reply
-        if callable(reply):
-            reply = reply(self._rendered[hash(tuple(token_ids))])
-        pieces = _WORD.findall(reply)
+        pieces = _WORD.findall(self.reply)
         for index, piece in enumerate(pieces, start=1):
             done = index == len(pieces)
             finish = self.finish_reason if done else None

@@ -66,13 +66,6 @@ VARIANTS = {
         "min_answer_support": None,
         "grounded_only": False,
     },
-    # an answer the check withholds asked for again without its source (query.retry_min_support)
-    "quoted-retry": {
-        "withhold_instructions": True,
-        "remind_rules": False,
-        **QUOTED,
-        "retry_min_support": 0.7,
-    },
     # the answer check without grounded_only (the default on 2026-12-03)
     "quoted-shown": {
         "withhold_instructions": True,
@@ -110,7 +103,6 @@ def score_case(case: dict, answer) -> dict:
         "abstained": answer.abstained, "answer": answer.text, "quote": quote_of(answer),
         "answer_support": answer.answer_support, "top_judge": top_judge(answer),
         "supported_share": answer.supported_share, "route": answer.route.as_dict(),
-        "retried": "retry" in answer.timings,
     }  # fmt: skip
 
 
@@ -196,8 +188,7 @@ async def main() -> None:
                                    "answer_support": answer.answer_support,
                                    "top_judge": top_judge(answer),
                                    "supported_share": answer.supported_share,
-                                   "route": answer.route.as_dict(),
-                                   "retried": "retry" in answer.timings})  # fmt: skip
+                                   "route": answer.route.as_dict()})  # fmt: skip
             out = folder / "results" / f"{name}-{variant}{args.tag}.jsonl"
             out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
                                    for r in rows + unanswered))  # fmt: skip

@@ -1,7 +1,6 @@
 """One model's go at an answer: generate within the admission, read the reply as it comes
 (citations checked, a quoted answer held until checked), run the answer check, and account the
-tokens. The pipeline makes a second attempt with the large model when a cascade asks it, or
-without the cited source when the check withheld the answer (query.retry_min_support)."""
+tokens. The pipeline makes a second attempt with the large model when a cascade asks it."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ from serve.tracing import Stopwatch, tracer
 
 @dataclass(slots=True)
 class Attempt:
-    """One model's go at the answer (a second when a cascade asks the large model or the check
-    withheld the answer)."""
+    """One model's go at the answer (two when a cascade asks the large model)."""
 
     model: str
     prepared: PreparedPrompt
@@ -35,7 +33,6 @@ class Attempt:
     support: float | None = None  # the answer check's P(yes)
     check_usage: Usage = field(default_factory=Usage)  # the check's (in grant.usage too)
     rest: str = ""  # what is shown once the answer is read whole
-    rejected: tuple[str, ...] = ()  # the chunks cited by an answer the check withheld
     # The reply's deltas with their tokens' log-probabilities, when asked (``logprobs``).
     tokens: list[tuple[str, tuple[float, ...]]] | None = None
 
@@ -159,7 +156,6 @@ async def generate(
             grant.usage += attempt.check_usage  # reserved and settled with the answer
             if attempt.support < check.min_support:
                 reader.withhold()
-                attempt.rejected = tuple(source.hit.chunk_id for source in pending[1:])
     attempt.rest = visible(reader.flush(attempt.last.finish_reason if attempt.last else None))
 
 

@@ -63,16 +63,6 @@ class QueryConfig(BaseModel):
         "is not in its source, or (source in the question's language) whose words are mostly "
         "not the source's; the answer is shown once read whole (serve/query/quotes.py).",
     )
-    retry_min_support: float | None = Field(
-        None,
-        ge=0.0,
-        le=1.0,
-        description="With the answer check: an answer it withholds is asked for once more, from "
-        "the same sources less the one it cited (a model often answers from a neighbouring "
-        "passage while another holds the answer), and that answer is shown at this P(yes) or "
-        "more (at least the check's own threshold: the better of two tries passes by chance "
-        "more often). None: no second try (benchmarks/results/answer-check.md).",
-    )
 
     @model_validator(mode="after")
     def _check_needs_quotes(self) -> QueryConfig:

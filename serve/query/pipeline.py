@@ -115,12 +115,6 @@ class QueryPipeline:
                 self.checks[name] = AnswerCheck(self.generators[checker], threshold,
                                                 config.withhold_instructions)  # fmt: skip
         self.answer_check = self.checks.get(self.small)
-        # A second try's check (query.retry_min_support): at least as strict as the first's.
-        self.retry_checks: dict[str, AnswerCheck] = {}
-        if config.retry_min_support is not None:
-            for name, check in self.checks.items():
-                threshold = max(check.min_support, config.retry_min_support)
-                self.retry_checks[name] = AnswerCheck(check.generator, threshold, check.withhold)
 
     async def retrieve(
         self,
@@ -318,27 +312,21 @@ class QueryPipeline:
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
             large = self._attempt(self.large, prepared, question)
-            async for delta in self._again(large, request_id, "c", admit, watch, timings,
-                                           generating):  # fmt: skip
-                yield delta
-            if large.last is not None:
+            try:
+                async for delta in self._generate(large, f"{request_id}-c" if request_id else "",
+                                                  admit, watch, timings, generating):  # fmt: skip
+                    yield delta
+            except GroundedError as exc:
+                # Refused before it started (a budget spent by the first answer, a full
+                # queue): the small model's answer stands, as it would have without a cascade.
+                if exc.status != 429 or large.last is not None:
+                    raise
+                prepared = attempt.prepared
+            else:
                 route = Route(self.large, "cascaded", route.reason, first=route.model)
                 attempt = large
                 usage = attempt.usage(usage, self.checkers.get(attempt.model, attempt.model))
             timings["cascade"] = since(cascading)
-        if others := self._retry_sources(attempt, hits):
-            retrying = time.perf_counter()
-            prepared = self.prompt(attempt.model, tenant, question, history, others, query,
-                                   max_tokens, options)  # fmt: skip
-            retry = self._attempt(attempt.model, prepared, question)
-            check = self.retry_checks[retry.model]
-            async for delta in self._again(retry, request_id, "r", admit, watch, timings,
-                                           generating, check=check):  # fmt: skip
-                yield delta
-            if retry.last is not None:
-                attempt = retry
-                usage = attempt.usage(usage, self.checkers.get(attempt.model, attempt.model))
-            timings["retry"] = since(retrying)
         if attempt.rest:
             if attempt.held and not attempt.shown:  # a held answer: its first text is now
                 timings["first_text"] = since(generating)
@@ -350,7 +338,7 @@ class QueryPipeline:
         yield Answer(
             text=checked.text.rstrip(),
             cited=checked.cited,
-            sources=attempt.prepared.sources,
+            sources=prepared.sources,
             abstained=checked.abstained,
             invalid_citations_removed=checked.invalid_removed,
             citations_written=checked.written,
@@ -379,35 +367,10 @@ class QueryPipeline:
                           grounded_only=self.config.grounded_only,
                           confidence=confidence)  # fmt: skip
 
-    def _generate(
-        self, attempt: Attempt, *args, check: AnswerCheck | None = None
-    ) -> AsyncIterator[str]:
-        """``attempt``'s deltas from its model, checked by ``check`` or else its model's check
-        (serve/query/attempt.py)."""
+    def _generate(self, attempt: Attempt, *args) -> AsyncIterator[str]:
+        """``attempt``'s deltas from its model, checked by its check (serve/query/attempt.py)."""
         return generate(attempt, self.generators[attempt.model],
-                        check or self.checks.get(attempt.model), *args)  # fmt: skip
-
-    async def _again(
-        self, attempt: Attempt, request_id: str, suffix: str, *args, check=None
-    ) -> AsyncIterator[str]:
-        """The deltas of a second attempt (a cascade's, a retry's). Refused before it started
-        (a budget spent by the first answer, a full queue: its ``last`` stays None), it yields
-        nothing and the first answer stands, as it would have without it."""
-        try:
-            async for delta in self._generate(attempt, f"{request_id}-{suffix}" if request_id
-                                              else "", *args, check=check):  # fmt: skip
-                yield delta
-        except GroundedError as exc:
-            if exc.status != 429 or attempt.last is not None:
-                raise
-
-    def _retry_sources(self, attempt: Attempt, hits: Sequence[SearchHit]) -> list[SearchHit]:
-        """What an answer the check withheld is asked for again from (query.retry_min_support):
-        the gated passages less those it cited. None when nothing was withheld, or when some
-        of it was shown (never: a checked answer is held)."""
-        if attempt.model not in self.retry_checks or not attempt.rejected or attempt.shown:
-            return []
-        return [hit for hit in hits if hit.chunk_id not in attempt.rejected]
+                        self.checks.get(attempt.model), *args)  # fmt: skip
 
     def _may_cascade(self, route: Route) -> bool:
         return (self.route_config.cascade and route.decision == "routed"

@@ -1,17 +1,14 @@
 import asyncio
 import json
-import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from index.errors import ConfigError
 from index.pipeline import SourceFile
 from index.screening import WITHHELD
 from index.types import SearchHit
 from serve.api import _annotations
-from serve.config import load_config
 from serve.query.check import AnswerCheck
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
@@ -422,75 +419,11 @@ def test_the_check_reads_every_answer_that_names_a_source(service):
     assert checker.seen == []  # no answer, nothing to check
 
 
-SOURCE_TAG = re.compile(r'<source n="(\d+)" file="([^"]+)"')
-
-
-def retried(service, retry: float | None = 0.7, leave_support: float = 0.9):
-    """A model that answers from the pump's passage whenever its prompt shows it (a neighbouring
-    fact), else from the leave passage; the check gives the pump's answer 0.2 and the leave
-    answer ``leave_support`` (threshold 0.5; ``retry``: a second try's). The deltas, the answer
-    and the files each answer's prompt showed."""
-    prompts = []
-
-    def reply(messages):
-        shown = {name: int(n) for n, name in SOURCE_TAG.findall(messages[0]["content"])}
-        prompts.append(sorted(shown))
-        if "pump.txt" in shown:
-            return json.dumps({"source": shown["pump.txt"], "answer": "27 days.",
-                               "quote": "The pump needs oil every month."})  # fmt: skip
-        return json.dumps({"source": shown["leave.txt"], "quote": QUOTE, "answer": "27 days."})
-
-    def judge(messages):
-        return 0.2 if "pump" in messages[-1]["content"] else leave_support
-
-    config = QueryConfig(answer_format="quoted", min_answer_support=0.5, min_dense_score=0.0,
-                         retry_min_support=retry)  # fmt: skip
-    pipeline = QueryPipeline(LocalSearcher(service), ScriptedGenerator(reply, judge=judge), config)
-
-    async def collect():
-        return [item async for item in pipeline.stream("acme", "annual leave days")]
-
-    items = asyncio.run(collect())
-    return [i for i in items if isinstance(i, str)], items[-1], prompts
-
-
-def test_an_answer_the_check_withholds_is_asked_again_without_the_source_it_cited(service):
-    deltas, answer, prompts = retried(service)
-    assert prompts == [["leave.txt", "pump.txt"], ["leave.txt"]]
-    assert not answer.abstained and "".join(deltas) == answer.text  # the first never shown
-    assert answer.text == f"27 days. [{leave_number(answer)}]" and answer.cited[0].verified
-    assert [s.hit.file_name for s in answer.sources] == ["leave.txt"]
-    assert answer.answer_support == pytest.approx(0.9) and "retry" in answer.timings
-    _, first, _ = retried(service, retry=None)  # both answers and both checks are counted
-    assert answer.usage.completion_tokens > first.usage.completion_tokens
-    assert answer.usage.prompt_tokens > first.usage.prompt_tokens
-
-
-def test_a_withheld_answer_is_asked_again_once_and_only_when_configured(service):
-    deltas, answer, prompts = retried(service, retry=None)
-    assert answer.abstained and prompts == [["leave.txt", "pump.txt"]]
-    assert "retry" not in answer.timings
-    for leave_support in (0.3, 0.6):  # the retry is checked too, at its own threshold 0.7
-        deltas, answer, prompts = retried(service, leave_support=leave_support)
-        assert answer.abstained and "".join(deltas) == answer.text == NOT_FOUND["en"]
-        assert prompts == [["leave.txt", "pump.txt"], ["leave.txt"]]
-        assert answer.answer_support == pytest.approx(leave_support)
-    assert not retried(service, retry=0.2, leave_support=0.6)[1].abstained  # never under 0.5
-    assert retried(service, retry=0.2, leave_support=0.4)[1].abstained
-
-
 def test_the_check_and_grounded_only_need_quoted_answers():
     with pytest.raises(ValueError, match=r"min_answer_support.*answer_format: quoted"):
         QueryConfig(answer_format="prose", min_answer_support=0.5)
     with pytest.raises(ValueError, match=r"grounded_only.*answer_format: quoted"):
         QueryConfig(answer_format="prose", grounded_only=True)
-
-
-def test_a_retry_of_withheld_answers_needs_the_check():
-    with pytest.raises(ConfigError, match=r"query\.retry_min_support .* no check is on"):
-        load_config(None, query={"answer_format": "quoted", "retry_min_support": 0.7})
-    on = {"answer_format": "quoted", "retry_min_support": 0.7, "min_answer_support": 0.65}
-    assert load_config(None, query=on).query.retry_min_support == 0.7
 
 
 def test_the_check_is_not_shown_withheld_instructions():
