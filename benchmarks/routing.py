@@ -534,8 +534,7 @@ def report(args: argparse.Namespace) -> None:
             supports=(LARGE_SUPPORT,) if checked else None,
             checks=CHECK_CUTS if checked else None, disagree=True))  # fmt: skip
         if checked:  # the shipped thresholds, and a cascade on disagreement too: no cap
-            shipped = choose(pairs(checked, "dev"), args.max_large, cascade=True,
-                             supports=(LARGE_SUPPORT,), checks=CHECK_CUTS)  # fmt: skip
+            shipped = policies["routed + cascade, large checks, min_check"][1]
             policies["shipped thresholds + disagreement (over the cap)"] = (
                 base,
                 {**shipped, "disagree": True},

@@ -131,8 +131,9 @@ DEMO_ANSWERS = {
 # Demo questions that qwen2.5-1.5b answers wrongly on some runs, which the answer check then
 # withholds ("not found"): asked alone after a run that left its prompt cached, the stock
 # question was answered with the delivery note's 14 pallets (P(yes) 0.53, the CI failure of
-# 0c00b1f); batched, 1450 from the workbook (0.76). A second try without the cited source was
-# measured and not adopted (benchmarks/results/answer-check.md, "A second try").
+# 0c00b1f); batched, 1450 from the workbook (0.76): `python -m benchmarks.experiments.demo_flip`.
+# A second try without the cited source was measured and not adopted
+# (benchmarks/results/answer-check.md, "A second try").
 AT_THE_MODELS_LIMIT = {"How many large cardboard boxes are in stock in Rotterdam?"}
 
 
