@@ -100,7 +100,8 @@ def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, An
     if strategy is None or strategy.get("type") == "auto":
         return strategy
     chunker = gateway(request).config.index.chunker
-    static = strategy.get("static") or {}
+    static = strategy.get("static")
+    static = static if isinstance(static, dict) else {}  # not an object: refused below
     wanted = (static.get("max_chunk_size_tokens"), static.get("chunk_overlap_tokens"))
     if strategy.get("type") != "static" or wanted != (chunker.size, chunker.overlap):
         raise InvalidRequestError(

@@ -226,6 +226,12 @@ def test_files_and_vector_stores_round_trip(world):
     assert [hit["file_id"] for hit in found["data"]][:1] == [file_id]
     listed = client.get(f"/v1/vector_stores/{store['id']}/files", headers=acme).json()
     assert [f["id"] for f in listed["data"]] == [file_id]
+    for wrong in ({"type": "static", "static": True}, {"static": [800, 400]},
+                  {"type": "static", "static": {"max_chunk_size_tokens": 7}}):  # fmt: skip
+        refused = client.post(f"/v1/vector_stores/{store['id']}/files", headers=acme,
+                              json={"file_id": file_id, "chunking_strategy": wrong})  # fmt: skip
+        assert refused.status_code == 400, refused.text
+        assert error_of(refused)["param"] == "chunking_strategy"
     gone = client.get(f"/v1/vector_stores/{store['id']}", headers=auth(secrets["globex"]))
     assert gone.status_code == 404  # another tenant's store does not exist for it
     assert client.delete(f"/v1/files/{file_id}", headers=acme).json()["deleted"] is True
