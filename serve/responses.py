@@ -113,7 +113,10 @@ class ResponseRequest(BaseModel):
     @field_validator("text")
     @classmethod
     def _plain_text(cls, text: dict[str, Any] | None) -> dict[str, Any] | None:
-        kind = ((text or {}).get("format") or {}).get("type", "text")
+        form = (text or {}).get("format") or {}
+        if not isinstance(form, dict):
+            raise ValueError(f"text.format must be an object such as {{'type': 'text'}}: {form!r}")
+        kind = form.get("type", "text")
         if kind != "text":
             raise ValueError(
                 f"text.format {kind!r} is not supported: answers are text with citations"

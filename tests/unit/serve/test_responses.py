@@ -81,6 +81,7 @@ def test_null_is_not_given_as_in_openais_api():
         ({"include": ["message.output_text.logprobs"]}, "only 'file_search_call.results'"),
         ({"reasoning": {"effort": "high"}}, "reasoning"),
         ({"text": {"format": {"type": "json_schema"}}}, "text.format 'json_schema'"),
+        ({"text": {"format": True}}, "text.format must be an object"),
         ({"max_output_tokens": 0}, "greater than 0"),
     ],
 )
