@@ -70,10 +70,10 @@ $(JS)/node_modules/.installed: $(JS)/package-lock.json $(STAMP)
 	touch $@
 
 # Two pytest-xdist workers, each with its own Ray: the integration modules mostly wait (start-ups,
-# replicas coming back), so two overlap on 2 cores. Units of work and their order:
-# tests/integration/conftest.py. TEST_WORKERS=0 runs the suite in one process.
+# replicas coming back), so two overlap on 2 cores. Units of work: tests/conftest.py; their
+# order: tests/integration/conftest.py. TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS)
 
 test: setup
 	$(BIN)/ruff check .

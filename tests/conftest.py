@@ -16,6 +16,25 @@ from index.testing import HashingEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "samples" / "corpus"
+# The integration modules that share one appliance (tests/integration/conftest.py).
+SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s two pytest-xdist workers get whole integration modules (their module
+    fixtures start an appliance or a model: once, in one worker), the SHARING modules together,
+    and unit tests one by one, in the collection's order (tests/integration/conftest.py)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Modules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            if "/integration/" not in module:
+                return nodeid
+            return "shared-appliance" if module.rsplit("/", 1)[-1] in SHARING else module
+
+    config.option.loadscopereorder = False  # keep the collection's order
+    return Modules(config, log)
 
 
 def engine_environment(root: Path) -> dict[str, str]:

@@ -4,11 +4,11 @@ Those modules run first and one after another (each with its own tenant), chaos 
 kills replicas; the appliance stops before any other integration module runs, because the
 pytest process holds one Ray at a time and other modules start their own.
 
-`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`, in this order):
-each integration module is one unit of work, the SHARING modules together one, so a module's
-fixtures start once, in one worker. Each worker has its own Ray. The slowest units go first
-(SLOWEST: measured in `make test`'s --durations), then the other modules, then the unit tests,
-which fill in whichever worker is free."""
+`make test` runs the suite on two pytest-xdist workers, each with its own Ray, handing out
+units of work in this order (tests/conftest.py's scheduler: an integration module, or the
+SHARING modules together, is one unit): the slowest first (SLOWEST: measured in `make test`'s
+--durations), then the other modules, then the unit tests, which fill in whichever worker is
+free."""
 
 from __future__ import annotations
 
@@ -18,13 +18,12 @@ import pytest
 
 from serve.config import AppConfig
 from tests.appliances import shared_appliance_config
+from tests.conftest import SHARING
 
-SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
 SLOWEST = ("test_default_model.py", "test_clients.py", "test_stop.py", "test_cluster.py",
            "test_responses_api.py", "test_generator.py")  # fmt: skip
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def place(item: pytest.Item) -> tuple[int, int]:
         if "integration" not in item.path.parts:
@@ -36,9 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (3, 0)
 
     items.sort(key=place)  # stable: the order within each module is kept
-    for item in items:
-        shared = "integration" in item.path.parts and item.path.name in SHARING
-        item.add_marker(pytest.mark.xdist_group("shared-appliance" if shared else item.path.stem))
 
 
 class SharedAppliance:
