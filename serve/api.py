@@ -44,7 +44,13 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
                 f"message content of type {part.get('type')!r} is not supported; send text",
                 param="messages",
             )
-        parts.append(str(part.get("text", "")))
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise InvalidRequestError(
+                f"the text of a message's text part must be a string, not {type(text).__name__}",
+                param="messages",
+            )
+        parts.append(text)
     return "\n".join(parts)
 
 

@@ -138,6 +138,12 @@ def _item_text(item: dict[str, Any]) -> str:
     content = item.get("content")
     if content is None or isinstance(content, str):
         return content or ""
+    if not isinstance(content, list):
+        raise InvalidRequestError(
+            f"input message content must be a string or a list of input_text parts, "
+            f"not {type(content).__name__}",
+            param="input",
+        )
     parts = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -147,7 +153,13 @@ def _item_text(item: dict[str, Any]) -> str:
                 "(Grounded answers from the documents already uploaded)",
                 param="input",
             )
-        parts.append(str(part.get("text", "")))
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise InvalidRequestError(
+                f"the text of an {kind} part must be a string, not {type(text).__name__}",
+                param="input",
+            )
+        parts.append(text)
     return "\n".join(parts)
 
 

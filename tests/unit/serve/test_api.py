@@ -68,6 +68,15 @@ def test_invalid_request_bodies_name_the_field():
     with pytest.raises(InvalidRequestError, match="last message must be the user's question"):
         api.parse(api.ChatRequest, {"model": "grounded",
                                     "messages": [{"role": "system", "content": "x"}]})  # fmt: skip
+    for part, says in (
+        ({"type": "image_url", "image_url": {"url": "x"}}, "'image_url' is not"),
+        ({"type": "text", "text": None}, "must be a string, not NoneType"),
+    ):
+        with pytest.raises(InvalidRequestError, match=says):
+            api.parse(
+                api.ChatRequest,
+                {"model": "grounded", "messages": [{"role": "user", "content": [part]}]},
+            )
     with pytest.raises(InvalidRequestError, match="max_tokens: Input should be greater than 0"):
         api.parse(api.ChatRequest, {"model": "grounded", "max_tokens": 0,
                                     "messages": [{"role": "user", "content": "x"}]})  # fmt: skip

@@ -377,6 +377,12 @@ def test_bad_requests_are_400s_naming_what_was_wrong(world):
     assert nowhere.status_code == 404 and "no route GET /v1/nowhere" in error_of(nowhere)["message"]
     huge = client.post("/v1/embeddings", headers=acme, json={"input": "a" * (JSON_BODY_LIMIT + 1)})
     assert huge.status_code == 413 and "bytes" in error_of(huge)["message"]
+    number = client.post(
+        "/v1/responses",
+        headers=acme,
+        json={"model": "grounded", "input": [{"role": "user", "content": 5}]},
+    )
+    assert number.status_code == 400 and error_of(number)["param"] == "input"
 
 
 def all_errors(base=GroundedError):
