@@ -33,25 +33,38 @@ class ModelNotFoundError(GroundedError):
     code = "model_not_found"
 
 
-def _text(content: str | list[dict[str, Any]] | None) -> str:
-    """A message's text: a string, or the text parts of a content list."""
+def content_text(content: Any, kinds: tuple[str, ...], param: str) -> str:
+    """A message's text: a string, or a list of text parts (of a type in ``kinds``); any other
+    content is refused, naming ``param``."""
     if content is None or isinstance(content, str):
         return content or ""
+    if not isinstance(content, list):
+        raise InvalidRequestError(
+            f"a message's content must be a string or a list of text parts, "
+            f"not {type(content).__name__}",
+            param=param,
+        )
     parts = []
     for part in content:
-        if part.get("type") != "text":
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in kinds:
             raise InvalidRequestError(
-                f"message content of type {part.get('type')!r} is not supported; send text",
-                param="messages",
+                f"message content of type {kind!r} is not supported; send text (Grounded "
+                "answers from the documents already uploaded)",
+                param=param,
             )
         text = part.get("text", "")
         if not isinstance(text, str):
             raise InvalidRequestError(
-                f"the text of a message's text part must be a string, not {type(text).__name__}",
-                param="messages",
+                f"the text of a {kind} part must be a string, not {type(text).__name__}",
+                param=param,
             )
         parts.append(text)
     return "\n".join(parts)
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    return content_text(content, ("text",), "messages")
 
 
 class Message(BaseModel):

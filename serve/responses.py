@@ -135,32 +135,7 @@ class ResponseRequest(BaseModel):
 
 def _item_text(item: dict[str, Any]) -> str:
     """A message item's text: a string, or its input_text / output_text parts."""
-    content = item.get("content")
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise InvalidRequestError(
-            f"input message content must be a string or a list of input_text parts, "
-            f"not {type(content).__name__}",
-            param="input",
-        )
-    parts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in ("input_text", "output_text", "text"):
-            raise InvalidRequestError(
-                f"input content of type {kind!r} is not supported; send text "
-                "(Grounded answers from the documents already uploaded)",
-                param="input",
-            )
-        text = part.get("text", "")
-        if not isinstance(text, str):
-            raise InvalidRequestError(
-                f"the text of an {kind} part must be a string, not {type(text).__name__}",
-                param="input",
-            )
-        parts.append(text)
-    return "\n".join(parts)
+    return api.content_text(item.get("content"), ("input_text", "output_text", "text"), "input")
 
 
 def conversation(items: list[dict[str, Any]]) -> tuple[str, list[Turn]]:

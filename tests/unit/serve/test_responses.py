@@ -112,7 +112,7 @@ def test_the_question_is_the_last_user_message_and_earlier_turns_are_history():
          "input_image' is not supported"),
         ([{"type": "function_call_output", "call_id": "c", "output": "x"}],
          "function_call_output' are not supported"),
-        ([{"role": "user", "content": 5}], "must be a string or a list of input_text parts"),
+        ([{"role": "user", "content": 5}], "must be a string or a list of text parts"),
         ([{"role": "user", "content": [{"type": "input_text", "text": None}]}],
          "must be a string, not NoneType"),
     ],
