@@ -20,6 +20,7 @@ CORPUS = REPO / "samples" / "corpus"
 SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where xdist is absent
 def pytest_xdist_make_scheduler(config, log):
     """`make test`'s two pytest-xdist workers get whole integration modules (their module
     fixtures start an appliance or a model: once, in one worker), the SHARING modules together,
