@@ -57,27 +57,34 @@ def main() -> None:
         return messages(self, question, answer, source, *more)
 
     AnswerCheck.messages = recording
-    data = Path(tempfile.mkdtemp(prefix="demo-flip-"))
-    config = load_config(ROOT / "configs" / "cpu.yaml", data_dir=data)
-    rerank = config.query.rerank
-    judge = fetch(Path(rerank.model).name, ROOT / "data")
-    query = config.query.model_copy(
-        update={"rerank": rerank.model_copy(update={"model": str(judge)})}
-    )
-    embedder = SentenceTransformerEmbedder(EmbedderConfig(device="cpu")).start()
-    service = IndexService(config.index, data, embedder=embedder).start()
-    for tenant in QUESTIONS:
-        list(service.pipeline(tenant).ingest(discover([CORPUS / tenant])[0]))
-    model = models_dir(ROOT / "data") / config.generator.model
-    loop = asyncio.new_event_loop()
-    generator = loop.run_until_complete(
-        _start(config.generator.model_copy(update={"model": str(model)}))
-    )
+    with tempfile.TemporaryDirectory(prefix="demo-flip-") as folder:
+        data = Path(folder)
+        config = load_config(ROOT / "configs" / "cpu.yaml", data_dir=data)
+        rerank = config.query.rerank
+        judge = fetch(Path(rerank.model).name, ROOT / "data")
+        query = config.query.model_copy(
+            update={"rerank": rerank.model_copy(update={"model": str(judge)})}
+        )
+        embedder = SentenceTransformerEmbedder(EmbedderConfig(device="cpu")).start()
+        service = IndexService(config.index, data, embedder=embedder).start()
+        try:
+            for tenant in QUESTIONS:
+                list(service.pipeline(tenant).ingest(discover([CORPUS / tenant])[0]))
+            model = models_dir(ROOT / "data") / config.generator.model
+            generator_config = config.generator.model_copy(update={"model": str(model)})
+            asyncio.run(_ask(args, service, generator_config, query, checked))
+        finally:
+            service.close()
+
+
+async def _ask(args, service, generator_config, query, checked: dict[str, str]) -> None:
+    """The rounds, on one event loop (the engine's output handler lives on it)."""
+    generator = VllmGenerator(generator_config).start()
     pipeline = QueryPipeline(LocalSearcher(service), generator, query)
     asks = [(tenant, q) for tenant, questions in QUESTIONS.items() for q in questions]
 
-    def show(label: str, answer) -> None:
-        prepared = loop.run_until_complete(pipeline.prepare("initech", STOCK))
+    async def show(label: str, answer) -> None:
+        prepared = await pipeline.prepare("initech", STOCK)
         print(f"{label}: the answer's prompt {len(prepared.token_ids)} tokens, "
               f"hash {hash(tuple(prepared.token_ids))}")  # fmt: skip
         usage = answer.usage
@@ -88,27 +95,14 @@ def main() -> None:
 
     try:
         for round_ in range(args.rounds):
-            answers = loop.run_until_complete(_at_once(pipeline, asks))
-            show(f"batched {round_}", answers[[q for _, q in asks].index(STOCK)])
+            answers = await asyncio.gather(
+                *(pipeline.answer(t, q, max_tokens=160) for t, q in asks)
+            )
+            await show(f"batched {round_}", answers[[q for _, q in asks].index(STOCK)])
         for turn in range(args.alone):
-            show(f"alone {turn}", loop.run_until_complete(
-                pipeline.answer("initech", STOCK, max_tokens=160)))  # fmt: skip
+            await show(f"alone {turn}", await pipeline.answer("initech", STOCK, max_tokens=160))
     finally:
         generator.shutdown()
-        service.close()
-        pending = asyncio.all_tasks(loop)  # the engine's output handler, after its shutdown
-        for task in pending:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
-
-
-async def _at_once(pipeline, asks):
-    return await asyncio.gather(*(pipeline.answer(t, q, max_tokens=160) for t, q in asks))
-
-
-async def _start(generator_config):
-    return VllmGenerator(generator_config).start()
 
 
 if __name__ == "__main__":
