@@ -53,8 +53,14 @@ class OcrConfig(_Strict):
     page_timeout_s: float = Field(
         120.0,
         gt=0,
-        description="CPU seconds one page may take (and ten times that waiting for an idle "
-        "CPU); a page over it fails its file with the reason.",
+        description="CPU seconds one page may take (and ten times that waiting for a CPU); "
+        "a page over it fails its file with the reason.",
+    )
+    idle_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a page read at the idle priority may get no CPU at all (no core "
+        "ever idle) before it is read again at the lowest normal priority (nice 19).",
     )
 
 
