@@ -1,13 +1,15 @@
 """Text from page images through Tesseract (Debian's tesseract-ocr), one process per page.
 
 Each page's process runs on one core (OMP_THREAD_LIMIT=1) at the idle priority, so a scan
-being ingested leaves the CPU to answers first; a page is bounded in pixels and in time,
-and the reading stops (its process killed) as soon as the file is deleted. Text read this way
-is marked in its heading path (OCR_MARK), so a citation says where its words came from.
+being ingested leaves the CPU to answers first (at nice 19 where the idle priority gets no
+CPU); a page is bounded in pixels and in time, and the reading stops (its process killed) as
+soon as the file is deleted. Text read this way is marked in its heading path (OCR_MARK), so a
+citation says where its words came from.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -25,6 +27,7 @@ from index.errors import (
     OcrUnavailableError,
 )
 
+log = logging.getLogger(__name__)
 OCR_MARK = "scanned, read by OCR"
 # Tesseract runs only when the CPU is otherwise idle (Linux's SCHED_IDLE, util-linux's chrt):
 # at a lower nice level it still takes a core from the generator's threads, which wait for
@@ -114,7 +117,11 @@ class OcrReader:
                     )
                     break
                 except _Starved:
-                    continue
+                    log.warning(
+                        "%s: OCR of %s got less than %d %% of a core over %g s at %s; "
+                        "reading it again at nice 19",
+                        file_name, where, STARVED_SHARE * 100, starved_s, " ".join(priority),
+                    )  # fmt: skip
         if returncode is None:
             raise MalformedDocumentError(
                 file_name,

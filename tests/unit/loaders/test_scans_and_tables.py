@@ -127,7 +127,7 @@ def test_a_page_being_read_is_killed_when_its_file_is_deleted(monkeypatch):
 _STOPPED = ("sh", "-c", 'kill -STOP $$; exec "$@"', "sh")
 
 
-def test_a_page_that_gets_no_cpu_is_read_again_at_the_lowest_normal_priority(monkeypatch):
+def test_a_page_that_gets_no_cpu_is_read_again_at_the_lowest_normal_priority(monkeypatch, caplog):
     import index.loaders.ocr as ocr
 
     started = []
@@ -148,6 +148,7 @@ def test_a_page_that_gets_no_cpu_is_read_again_at_the_lowest_normal_priority(mon
     assert started[0].command[: len(_STOPPED)] == list(_STOPPED)
     assert started[1].command[: len(ocr._NICE)] == list(ocr._NICE)
     assert started[0].returncode == -9  # the starved process was killed and waited for
+    assert "page 1 got less than 1 % of a core over 0.5 s" in caplog.text
 
 
 def test_a_page_is_read_whole_however_late_tesseract_starts_reading_it(monkeypatch):
