@@ -12,9 +12,9 @@ import sqlite3
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import openai
+import psutil
 import pytest
 
 from index.loaders.ocr import OCR_MARK
@@ -205,12 +205,14 @@ def test_every_format_uploaded_through_the_api_is_searched_and_given_to_the_mode
     assert {f.filename for f in api.files.list().data} == set(files)
 
 
-def tesseract_processes() -> list[str]:
+def tesseract_processes() -> list[int]:
+    """This appliance's Tesseract processes: under this test process, which started its Ray
+    (another pytest worker may be reading scans of its own at the same time)."""
     running = []
-    for process in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):  # it may end while it is looked at
-            if (process / "comm").read_text().strip() == "tesseract":
-                running.append(process.name)
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it may end while it is looked at
+            if process.name() == "tesseract":
+                running.append(process.pid)
     return running
 
 
@@ -605,13 +607,19 @@ def test_a_tenant_over_its_minute_budget_is_429_while_another_is_served(applianc
     initech, acme = client(appliance, "initech"), client(appliance, "acme")
     upload_handbook(initech)
     question = QUESTION
-    wait_for_a_fresh_minute()
-    probe = initech.chat.completions.create(model="grounded", messages=question, max_tokens=1)
-    prompt = probe.usage.prompt_tokens  # this question's prompt, the same every time
-    # Reserve (prompt + max_tokens) so that the minute is nearly spent, then ask again.
-    max_tokens = MINUTE_BUDGET - probe.usage.total_tokens - prompt - 5
-    assert max_tokens > 0, f"the prompt ({prompt} tokens) is too long for this test's budget"
-    initech.chat.completions.create(model="grounded", messages=question, max_tokens=max_tokens)
+    for _ in range(3):  # on busy cores the two requests can outlast the minute: again, then
+        wait_for_a_fresh_minute()
+        minute = time.time() // 60
+        probe = initech.chat.completions.create(model="grounded", messages=question, max_tokens=1)
+        prompt = probe.usage.prompt_tokens  # this question's prompt, the same every time
+        # Reserve (prompt + max_tokens) so that the minute is nearly spent, then ask again.
+        max_tokens = MINUTE_BUDGET - probe.usage.total_tokens - prompt - 5
+        assert max_tokens > 0, f"the prompt ({prompt} tokens) is too long for this test's budget"
+        initech.chat.completions.create(model="grounded", messages=question, max_tokens=max_tokens)
+        if time.time() // 60 == minute and time.time() % 60 < 55:
+            break  # the next request falls in the same minute
+    else:
+        pytest.fail("three times, the two requests did not fit in one minute")
     with pytest.raises(openai.RateLimitError) as refused:
         initech.chat.completions.create(model="grounded", messages=question, max_tokens=max_tokens)
     response = refused.value.response
