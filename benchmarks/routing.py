@@ -116,6 +116,32 @@ async def collect(args: argparse.Namespace) -> None:
             engine.shutdown()
 
 
+async def small_reply(pipeline, tenant: str, question: str):
+    """(the small model's prompt, its raw reply, the answer to check with its cited sources,
+    the large model's own prompt for the same evidence), or None where nothing passed the gate
+    or the reply is "not found"."""
+    from serve.query.gate import not_found_message
+    from serve.query.quotes import QuotedAnswerReader
+
+    query, hits = await pipeline.evidence(tenant, question)
+    if not hits:
+        return None
+    prepared = pipeline.prompt("small", tenant, question, (), hits, query)
+    text = ""
+    async for chunk in pipeline.generators["small"].stream(
+        prepared.token_ids, max_tokens=prepared.max_tokens,
+        cache_salt=prepared.cache_salt, json_schema=prepared.json_schema,
+    ):  # fmt: skip
+        text += chunk.text
+    reader = QuotedAnswerReader(prepared.sources, not_found_message(question),
+                                hold=True, question=question)  # fmt: skip
+    reader.feed(text)
+    pending = reader.to_check()
+    if pending is None:  # "not found": nothing to check
+        return None
+    return prepared, text, pending, pipeline.prompt("large", tenant, question, (), hits, query)
+
+
 class Recording:
     """A generator whose streamed answers keep their tokens' log-probabilities, by request
     id (everything else is the engine's)."""

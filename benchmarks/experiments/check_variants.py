@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from benchmarks.retrieval_quality import CACHE
-from benchmarks.routing import ROOT, SETS, TENANTS, auroc
+from benchmarks.routing import ROOT, SETS, TENANTS, auroc, small_reply
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -55,10 +55,8 @@ async def main(args: argparse.Namespace) -> None:
     from serve.generator import VllmGenerator
     from serve.models import resolve_model
     from serve.query.check import AnswerCheck
-    from serve.query.gate import not_found_message
     from serve.query.pipeline import QueryPipeline
     from serve.query.prompt import PromptBuilder
-    from serve.query.quotes import QuotedAnswerReader
     from serve.query.retrieval import LocalSearcher
 
     config = load_config(ROOT / "configs/cpu.yaml", data_dir=CACHE / "data")
@@ -80,25 +78,11 @@ async def main(args: argparse.Namespace) -> None:
 
     async def one(language, q):
         async with slots:
-            tenant = TENANTS[language]
-            query, hits = await pipeline.evidence(tenant, q.question)
-            if not hits:
+            reply = await small_reply(pipeline, TENANTS[language], q.question)
+            if reply is None:
                 return
-            prepared = pipeline.prompt("small", tenant, q.question, (), hits, query)
-            text = ""
-            async for chunk in engines["small"].stream(
-                prepared.token_ids, max_tokens=prepared.max_tokens,
-                cache_salt=prepared.cache_salt, json_schema=prepared.json_schema,
-            ):  # fmt: skip
-                text += chunk.text
-            reader = QuotedAnswerReader(prepared.sources, not_found_message(q.question),
-                                        hold=True, question=q.question)  # fmt: skip
-            reader.feed(text)
-            pending = reader.to_check()
-            if pending is None:  # "not found": nothing to check
-                return
+            prepared, text, pending, own = reply
             answer = pending[0]
-            own = pipeline.prompt("large", tenant, q.question, (), hits, query)
             after = [*own.messages, {"role": "assistant", "content": escape(text)}]
             prompts = {
                 "cited": check.prompt(prepared.query, *pending),
