@@ -142,6 +142,43 @@ async def small_reply(pipeline, tenant: str, question: str):
     return prepared, text, pending, pipeline.prompt("large", tenant, question, (), hits, query)
 
 
+def two_models():
+    """The small and the large model started (configs/cpu.yaml), the evaluation tenants' index
+    service, a pipeline over both and the large model's answer check at threshold 0: the
+    set-up of the experiments on the small model's replies (check_variants, cross_likelihood)."""
+    from index.service import IndexService
+    from serve.config import load_config
+    from serve.generator import VllmGenerator
+    from serve.models import resolve_model
+    from serve.query.check import AnswerCheck
+    from serve.query.pipeline import QueryPipeline
+    from serve.query.retrieval import LocalSearcher
+
+    config = load_config(ROOT / "configs/cpu.yaml", data_dir=CACHE / "data")
+    engines = {}
+    for name, model in (("small", "qwen2.5-0.5b"), ("large", "qwen2.5-1.5b")):
+        folder = resolve_model(model, config.data_dir)
+        engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
+    service = IndexService(config.index, config.data_dir).start()
+    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query)
+    check = AnswerCheck(engines["large"], 0.0, config.query.withhold_instructions)
+    return engines, service, pipeline, check
+
+
+def print_aurocs(rows: list[dict], names: tuple[str, ...]) -> None:
+    """A markdown table: each signal's AUROC (rows whose "right" is true ranked above the
+    others), per language and overall."""
+    print("| signal | en | fr | all |\n|---|---|---|---|")
+    for name in names:
+        cells = []
+        for language in ("en", "fr", None):
+            mine = [r for r in rows if language in (None, r["language"])]
+            value = auroc([r[name] for r in mine if r["right"]],
+                          [r[name] for r in mine if not r["right"]])  # fmt: skip
+            cells.append(f"{value:.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 class Recording:
     """A generator whose streamed answers keep their tokens' log-probabilities, by request
     id (everything else is the engine's)."""

@@ -32,8 +32,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from benchmarks.retrieval_quality import CACHE
-from benchmarks.routing import ROOT, SETS, TENANTS, auroc, small_reply
+from benchmarks.routing import ROOT, SETS, TENANTS, print_aurocs, small_reply, two_models
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -50,24 +49,10 @@ OUT = ROOT / "benchmarks/eval/routing/check-variants.jsonl"
 
 
 async def main(args: argparse.Namespace) -> None:
-    from index.service import IndexService
-    from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
-    from serve.query.check import AnswerCheck
-    from serve.query.pipeline import QueryPipeline
     from serve.query.prompt import PromptBuilder
-    from serve.query.retrieval import LocalSearcher
 
-    config = load_config(ROOT / "configs/cpu.yaml", data_dir=CACHE / "data")
-    engines = {}
-    for name, model in (("small", "qwen2.5-0.5b"), ("large", "qwen2.5-1.5b")):
-        folder = resolve_model(model, config.data_dir)
-        engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
-    service = IndexService(config.index, config.data_dir).start()
-    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query)
+    engines, service, pipeline, check = two_models()
     large = engines["large"]
-    check = AnswerCheck(large, 0.0, config.query.withhold_instructions)
     escape = PromptBuilder(large.special_tokens).escape
     todo = [(language, q) for language in ("en", "fr") for q in load_questions(SETS[language])
             if q.split == "dev" and int(q.id.rsplit("-", 1)[1]) % args.every == 0
@@ -105,15 +90,7 @@ async def main(args: argparse.Namespace) -> None:
         service.close()
     rows = [json.loads(line) for line in OUT.read_text().splitlines()]
     print(f"\n{len(rows)} answers checked ({sum(r['right'] for r in rows)} right)")
-    print("| check | en | fr | all |\n|---|---|---|---|")
-    for name in ("cited", "all", "context", "context-doubt"):
-        cells = []
-        for language in ("en", "fr", None):
-            mine = [r for r in rows if language in (None, r["language"])]
-            value = auroc([r[name] for r in mine if r["right"]],
-                          [r[name] for r in mine if not r["right"]])  # fmt: skip
-            cells.append(f"{value:.3f}")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    print_aurocs(rows, ("cited", "all", "context", "context-doubt"))
 
 
 if __name__ == "__main__":

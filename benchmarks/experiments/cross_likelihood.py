@@ -33,8 +33,7 @@ import uuid
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from benchmarks.retrieval_quality import CACHE
-from benchmarks.routing import ROOT, SETS, TENANTS, auroc, small_reply
+from benchmarks.routing import ROOT, SETS, TENANTS, print_aurocs, small_reply, two_models
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -61,22 +60,7 @@ async def reply_logprobs(engine, prompt: list[int], reply: list[int]) -> list[fl
 
 
 async def main(args: argparse.Namespace) -> None:
-    from index.service import IndexService
-    from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
-    from serve.query.check import AnswerCheck
-    from serve.query.pipeline import QueryPipeline
-    from serve.query.retrieval import LocalSearcher
-
-    config = load_config(ROOT / "configs/cpu.yaml", data_dir=CACHE / "data")
-    engines = {}
-    for name, model in (("small", "qwen2.5-0.5b"), ("large", "qwen2.5-1.5b")):
-        folder = resolve_model(model, config.data_dir)
-        engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder})).start()
-    service = IndexService(config.index, config.data_dir).start()
-    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query)
-    check = AnswerCheck(engines["large"], 0.0, config.query.withhold_instructions)
+    engines, service, pipeline, check = two_models()
     todo = [(language, q) for language in ("en", "fr") for q in load_questions(SETS[language])
             if q.split == args.split and q.answerable
             and (args.split == "test" or int(q.id.rsplit("-", 1)[1]) % args.every == 0)
@@ -116,15 +100,7 @@ async def main(args: argparse.Namespace) -> None:
         service.close()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     print(f"\n{len(rows)} answers ({sum(r['right'] for r in rows)} right)")
-    print("| signal | en | fr | all |\n|---|---|---|---|")
-    for name in SIGNALS:
-        cells = []
-        for language in ("en", "fr", None):
-            mine = [r for r in rows if language in (None, r["language"])]
-            value = auroc([r[name] for r in mine if r["right"]],
-                          [r[name] for r in mine if not r["right"]])  # fmt: skip
-            cells.append(f"{value:.3f}")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    print_aurocs(rows, SIGNALS)
 
 
 if __name__ == "__main__":
