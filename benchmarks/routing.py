@@ -165,6 +165,20 @@ def two_models():
     return engines, service, pipeline, check
 
 
+async def answer_all(one, todo, engines, service, out: Path, names: tuple[str, ...]) -> None:
+    """``one(language, question)`` for each of ``todo`` (each writes its row to ``out``), the
+    engines and the index service closed after; then the AUROC table of ``names``."""
+    try:
+        await asyncio.gather(*(one(language, q) for language, q in todo))
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+        service.close()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    print(f"\n{len(rows)} answers ({sum(r['right'] for r in rows)} right)")
+    print_aurocs(rows, names)
+
+
 def print_aurocs(rows: list[dict], names: tuple[str, ...]) -> None:
     """A markdown table: each signal's AUROC (rows whose "right" is true ranked above the
     others), per language and overall."""

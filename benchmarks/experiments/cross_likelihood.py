@@ -33,7 +33,7 @@ import uuid
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from benchmarks.routing import ROOT, SETS, TENANTS, print_aurocs, small_reply, two_models
+from benchmarks.routing import ROOT, SETS, TENANTS, answer_all, small_reply, two_models
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -92,15 +92,7 @@ async def main(args: argparse.Namespace) -> None:
             with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    try:
-        await asyncio.gather(*(one(language, q) for language, q in todo))
-    finally:
-        for engine in engines.values():
-            engine.shutdown()
-        service.close()
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    print(f"\n{len(rows)} answers ({sum(r['right'] for r in rows)} right)")
-    print_aurocs(rows, SIGNALS)
+    await answer_all(one, todo, engines, service, out, SIGNALS)
 
 
 if __name__ == "__main__":
