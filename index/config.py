@@ -59,8 +59,9 @@ class OcrConfig(_Strict):
     idle_wait_s: float = Field(
         30.0,
         gt=0,
-        description="Seconds a page read at the idle priority may get no CPU at all (no core "
-        "ever idle) before it is read again at the lowest normal priority (nice 19).",
+        description="Seconds over which a page read at the idle priority must get 1 % of a "
+        "core (it gets less where no core is ever idle), else it is read again at the lowest "
+        "normal priority (nice 19).",
     )
 
 
