@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import re
 import statistics
@@ -175,7 +176,8 @@ async def answer_all(one, todo, engines, service, out: Path, names: tuple[str, .
             engine.shutdown()
         service.close()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    print(f"\n{len(rows)} answers ({sum(r['right'] for r in rows)} right)")
+    rows = [r for r in rows if r.get("answerable", True)]
+    print(f"\n{len(rows)} answers to answerable questions ({sum(r['right'] for r in rows)} right)")
     print_aurocs(rows, names)
 
 
@@ -323,6 +325,7 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         withheld(small, support)
         or below(small["support"], policy.get("min_check"))
         or below(small.get("confidence"), policy.get("min_confidence"))
+        or below(small.get("likely"), policy.get("min_likely"))
         or (policy.get("quote_figures") and small.get("figures_disagree"))
         or small.get("id") in policy.get("escalate", ())
         or (policy.get("disagree") and not agrees(small))
@@ -402,13 +405,16 @@ def choose(
     confidences=None,
     checks=None,
     disagree=False,
+    likely=None,
 ) -> dict:
     """The policy with the best mean accuracy on ``pairs`` whose large model answers at most
     ``max_large`` of the generated questions (ties: less of the large model, then less time);
     ``supports``: the small answers' check thresholds to try (default: GRID's);
     ``confidences``: thresholds on the small answer's confidence to cascade under, to try;
     ``checks``: thresholds on its check's P(yes) to cascade under (route.min_check), to try;
-    ``disagree``: also try cascading where a sampled answer disagrees (--resampled)."""
+    ``disagree``: also try cascading where a sampled answer disagrees (--resampled);
+    ``likely``: thresholds on the check's log-odds plus the large model's least likely token
+    of the small reply (--likelihood) to cascade under, to try."""
     grid = {**GRID, "small_support": supports or GRID["small_support"]}
     if confidences:
         grid["min_confidence"] = (None, *confidences)
@@ -416,6 +422,8 @@ def choose(
         grid["min_check"] = (None, *checks)
     if disagree:
         grid["disagree"] = (False, True)
+    if likely:
+        grid["min_likely"] = (None, *likely)
     best, best_key = None, None
     for values in itertools.product(*grid.values()):
         policy = {**dict(zip(grid, values, strict=True)), "cascade": cascade}
@@ -505,6 +513,29 @@ def with_confidence(rows: dict[str, dict], recorded: dict[str, dict]) -> dict[st
             reader.feed("".join(text for text, _ in tokens))
             out[i]["figures_disagree"] = figures_disagree(reader.reply())
     return out
+
+
+def with_likelihood(rows: dict[str, dict], scored: dict[str, dict]) -> dict[str, dict]:
+    """``rows`` (a --checker run) with ``likely``: the log-odds of the large check's P(yes) plus
+    the large model's least likely token of the small reply (benchmarks.experiments.
+    cross_likelihood), where that run's reply gave the same answer."""
+    out = {}
+    for i, row in rows.items():
+        other = scored.get(i)
+        same = other and other.get("large_min") is not None and row["support"] is not None
+        same = same and _bare(other["answer"]) == _bare(row["answer"])
+        likely = {"likely": log_odds(row["support"]) + other["large_min"]} if same else {}
+        out[i] = {**row, **likely}
+    return out
+
+
+def log_odds(p: float) -> float:
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    return math.log(p / (1 - p))
+
+
+def _bare(answer: str) -> str:
+    return re.sub(r"\s*\[\d+\]", "", answer).strip()
 
 
 def auroc(right_scores: list[float], wrong_scores: list[float]) -> float:
@@ -619,6 +650,19 @@ def report(args: argparse.Namespace) -> None:
         policies["small + cascade on disagreement" + (", large checks" if checked else "")] = (
             base, {"compares": False, "cascade": True, "disagree": True,
                    "small_support": LARGE_SUPPORT if checked else 0.0})  # fmt: skip
+    if args.likelihood and checked:  # and the large model's likelihood of the small reply
+        scored = with_likelihood(checked, read_runs(args.likelihood)[0])
+        known = sorted(r["likely"] for (r, _) in pairs(scored, "dev") if "likely" in r)
+        cuts = [known[int(q * (len(known) - 1))] for q in (0.1, 0.2, 0.3, 0.4, 0.5)]
+        joined = sum("likely" in r for r in scored.values())
+        print(f"likelihood: {joined} of the {len(scored)} answers joined; "
+              f"cuts tried {[round(c, 2) for c in cuts]}")  # fmt: skip
+        policies["routed + cascade, large checks, likelihood (min_likely)"] = (scored, choose(
+            pairs(scored, "dev"), args.max_large, cascade=True, supports=(LARGE_SUPPORT,),
+            likely=cuts))  # fmt: skip
+        policies["routed + cascade, large checks, min_check and min_likely"] = (scored, choose(
+            pairs(scored, "dev"), args.max_large, cascade=True, supports=(LARGE_SUPPORT,),
+            checks=CHECK_CUTS, likely=cuts))  # fmt: skip
     print(f"dev {len(dev)} questions, test {len(pairs(small, 'test'))}; chosen on dev with the "
           f"large model on at most {args.max_large} of the generated questions:")  # fmt: skip
     for label, (_, policy) in policies.items():
@@ -668,6 +712,7 @@ def main() -> None:
     read.add_argument("--large-checks", help="the small model's run with --checker (the large)")
     read.add_argument("--confidence", help="the small model's run with --logprobs")
     read.add_argument("--resampled", help="the small model's run with --temperature")
+    read.add_argument("--likelihood", help="benchmarks.experiments.cross_likelihood --split all")
     read.add_argument(
         "--max-large",
         type=float,

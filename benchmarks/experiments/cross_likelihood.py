@@ -26,23 +26,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import uuid
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from benchmarks.routing import ROOT, SETS, TENANTS, answer_all, small_reply, two_models
+from benchmarks.routing import (
+    ROOT,
+    SETS,
+    TENANTS,
+    answer_all,
+    log_odds,
+    small_reply,
+    two_models,
+)
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
 SIGNALS = ("cited", "large", "small", "ratio", "large_min", "cited_min")
-
-
-def log_odds(p: float) -> float:
-    p = min(max(p, 1e-9), 1 - 1e-9)
-    return math.log(p / (1 - p))
 
 
 async def reply_logprobs(engine, prompt: list[int], reply: list[int]) -> list[float]:
@@ -61,11 +63,12 @@ async def reply_logprobs(engine, prompt: list[int], reply: list[int]) -> list[fl
 
 async def main(args: argparse.Namespace) -> None:
     engines, service, pipeline, check = two_models()
+    every = args.split == "all"  # every question the routing benchmark asks, for its report
     todo = [(language, q) for language in ("en", "fr") for q in load_questions(SETS[language])
-            if q.split == args.split and q.answerable
-            and (args.split == "test" or int(q.id.rsplit("-", 1)[1]) % args.every == 0)
+            if (q.answerable or every) and args.split in (q.split, "all")
+            and (q.split == "test" or int(q.id.rsplit("-", 1)[1]) % args.every == 0)
             ][: args.limit]  # fmt: skip
-    print(f"{len(todo)} answerable {args.split} questions", flush=True)
+    print(f"{len(todo)} {args.split} questions", flush=True)
     out = ROOT / f"benchmarks/eval/routing/cross-likelihood-{args.split}.jsonl"
     out.unlink(missing_ok=True)
     slots = asyncio.Semaphore(4)
@@ -80,7 +83,8 @@ async def main(args: argparse.Namespace) -> None:
             large = await reply_logprobs(engines["large"], own.token_ids, tokens)
             small = await reply_logprobs(engines["small"], prepared.token_ids, tokens)
             row = {
-                "id": q.id, "language": language, "answer": pending[0],
+                "id": q.id, "language": language, "answer": pending[0], "split": q.split,
+                "answerable": q.answerable,
                 "right": answer_matches(pending[0], q.answer_contains),
                 "cited": await check.support(check.prompt(prepared.query, *pending),
                                              prepared.cache_salt),
@@ -97,7 +101,12 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=("dev", "test"), default="dev")
+    parser.add_argument(
+        "--split",
+        choices=("dev", "test", "all"),
+        default="dev",
+        help="all: both halves, unanswerable questions too (for routing report)",
+    )
     parser.add_argument("--every", type=int, default=2, help="every n-th dev question")
     parser.add_argument("--limit", type=int, default=None)
     asyncio.run(main(parser.parse_args()))

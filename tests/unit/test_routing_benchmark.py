@@ -115,3 +115,24 @@ def test_a_small_answer_whose_sample_disagrees_cascades_with_disagree():
     assert policy_outcome(apart, large, policy) == (True, 4.0, "cascade")
     assert policy_outcome(same, large, policy)[2] == "small"
     assert policy_outcome(apart, large, {**policy, "disagree": False})[2] == "small"
+
+
+def test_the_likelihood_joins_only_the_same_answer_and_cascades_under_its_threshold():
+    from benchmarks.routing import log_odds, with_likelihood
+
+    rows = {"q1": {"answer": "27 days [1]", "support": 0.9},
+            "q2": {"answer": "Sucre [2]", "support": 0.9},
+            "q3": {"answer": "Not found in the sources.", "support": None}}  # fmt: skip
+    scored = {"q1": {"answer": "27 days", "large_min": -6.0},
+              "q2": {"answer": "La Paz", "large_min": -1.0},
+              "q3": {"answer": "", "large_min": None}}  # fmt: skip
+    joined = with_likelihood(rows, scored)
+    assert joined["q1"]["likely"] == pytest.approx(log_odds(0.9) - 6.0)
+    assert "likely" not in joined["q2"] and "likely" not in joined["q3"]
+    small = {"scores": [5.0], "answerable": True, "question": "How many days of leave?",
+             "matched": True, "abstained": False, "support": 0.9, "likely": -3.8,
+             "timings": {"generate": 1.0}}  # fmt: skip
+    large = {**small, "likely": None, "timings": {"generate": 3.0}}
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
+    assert policy_outcome(small, large, {**policy, "min_likely": -4.0})[2] == "small"
+    assert policy_outcome(small, large, {**policy, "min_likely": -3.0})[2] == "cascade"
