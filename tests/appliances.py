@@ -50,7 +50,7 @@ def tiny_appliance_config(root: Path, **overrides: Any) -> AppConfig:
     )  # fmt: skip
 
 
-MINUTE_BUDGET, DAY_BUDGET = 2000, 3000  # initech's and hooli's in the shared appliance
+MINUTE_BUDGET = 2000  # initech's in the shared appliance
 
 
 def minilm_folder() -> Path:
@@ -68,8 +68,7 @@ def shared_appliance_config(root: Path) -> AppConfig:
         root,
         index={"embedders": {"second": {"model": str(minilm_folder())}},
                "tenant_embedders": {"globex": "second"}},
-        budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET},
-                             "hooli": {"tokens_per_day": DAY_BUDGET}},
+        budgets={"tenants": {"initech": {"tokens_per_minute": MINUTE_BUDGET}},
                  "prices": {"prompt_per_million": 1.0, "cached_prompt_per_million": 0.25,
                             "completion_per_million": 4.0}},
     )  # fmt: skip

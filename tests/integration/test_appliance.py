@@ -19,7 +19,7 @@ import pytest
 
 from index.loaders.ocr import OCR_MARK
 from serve.keys import KeyStore
-from tests.appliances import DAY_BUDGET, MINUTE_BUDGET, free_port
+from tests.appliances import MINUTE_BUDGET, free_port
 from tests.conftest import CORPUS
 from tests.documents import format_files, scanned_pdf
 
@@ -38,7 +38,6 @@ def appliance(shared_appliance):
         "acme-read": keys.create("acme", ["query"])[1],
         "acme-metered": keys.create("acme", ["query"], name="metered")[1],
         "initech": keys.create("initech", ["query", "ingest"])[1],
-        "hooli": keys.create("hooli", ["query", "ingest"])[1],
         "umbrella": keys.create("umbrella", ["query", "ingest"])[1],
     }
     return running, secrets, config
@@ -717,31 +716,3 @@ def test_a_quiet_tenant_is_served_before_a_busy_tenants_queue(appliance, uploade
     assert "1 requests waiting" in refused.json()["error"]["message"]
     assert int(refused.headers["retry-after"]) >= 1
     assert first_delta["acme-1"] < first_delta["globex"] < first_delta["acme-2"]
-
-
-def test_budgets_and_usage_survive_a_restart_of_the_appliance(appliance, uploaded):
-    """Last in the module: the application is stopped and started again on the same data."""
-    from ray import serve
-
-    from serve import up
-    from serve.budgets import Ledger
-
-    _, _, config = appliance
-    hooli = client(appliance, "hooli")  # tokens_per_day: DAY_BUDGET
-    upload_handbook(hooli)
-    first = hooli.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=1)
-    used, prompt = first.usage.total_tokens, first.usage.prompt_tokens
-    ledger = Ledger(config.data_dir, config.budgets)
-    before = {(r.tenant, r.key_id): r for r in ledger.usage()}
-    serve.delete(up.APP_NAME)
-    up.start(config, dashboard=False, timeout_s=300)
-    assert {(r.tenant, r.key_id): r for r in ledger.usage()} == before
-    ledger.close()
-    # prompt + max_tokens = DAY_BUDGET - prompt: admitted only if the first request were forgotten
-    with pytest.raises(openai.RateLimitError) as refused:
-        hooli.chat.completions.create(
-            model="grounded", messages=QUESTION, max_tokens=DAY_BUDGET - 2 * prompt
-        )
-    message = refused.value.response.json()["error"]["message"]
-    assert f"has used {used} of its tokens_per_day budget of {DAY_BUDGET}" in message
-    assert int(refused.value.response.headers["retry-after"]) <= 86_400

@@ -1,7 +1,8 @@
 """`grounded up` stops cleanly: SIGTERM (to the process alone, as `docker stop` sends) while
 it is still starting, and Ctrl-C (SIGINT to its process group, as a terminal sends) while it
 serves, end it with exit code 0 within a deadline, and none of the processes it started
-survive; and a SIGKILL of the whole appliance loses no acknowledged upload."""
+survive; and a SIGKILL of the whole appliance loses no acknowledged upload, no usage and no
+budget spent."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 STOP_DEADLINE_S = 60
+DAY_BUDGET = 3000  # hooli's tokens_per_day
+QUESTION = [{"role": "user", "content": "How many days of annual leave do employees get?"}]
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +39,10 @@ def write_config(folder: Path, model: Path) -> tuple[Path, int]:
     fractional = {"num_cpus": 0.1}
     config = {
         "data_dir": str(folder / "data"),
-        "generator": {"model": str(model), "max_model_len": 1024, "max_tokens": 8,
+        "generator": {"model": str(model), "max_model_len": 4096, "max_tokens": 8,
                       "engine_kwargs": {"enforce_eager": True, "dtype": "float32",
-                                        "kv_cache_memory_bytes": 64 * 2**20}},
+                                        "kv_cache_memory_bytes": 256 * 2**20}},
+        "budgets": {"tenants": {"hooli": {"tokens_per_day": DAY_BUDGET}}},
         "serve": {"port": port, "metrics_port": free_port(), "dashboard_port": free_port(),
                   "generator_threads": 1,
                   "deployments": {name: fractional
@@ -137,15 +141,20 @@ def test_up_stops_cleanly_on_sigterm_while_starting(tiny, tmp_path):
 
 def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path):
     """The whole appliance (its process group) killed while a client uploads: after a restart
-    every upload that was answered 200 is listed, whole, and searchable; nothing half-written."""
+    every upload that was answered 200 is listed, whole, and searchable; nothing half-written;
+    and the usage and budget spent before the kill are all still counted."""
     import threading
 
     import openai
 
+    from serve.budgets import Ledger
+    from serve.config import load_config
     from serve.keys import KeyStore
 
     config, port = write_config(tmp_path, tiny)
-    _, secret = KeyStore(tmp_path / "data").create("acme", ["query", "ingest"])
+    keys = KeyStore(tmp_path / "data")
+    _, secret = keys.create("acme", ["query", "ingest"])
+    _, hooli_secret = keys.create("hooli", ["query", "ingest"])
     filler = "Ordinary filler text for the chunker. "
     texts = {f"note-{i:03d}.md": f"# Note {i}\n\nThe code word of note {i} is zq{i:03d}x. "
              + filler * (20 + i % 7) for i in range(200)}  # fmt: skip
@@ -153,8 +162,16 @@ def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path)
     process = launch(config, tmp_path)
     wait_until(process, lambda: healthy(port))
     started = descendants(process.pid)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=secret,
-                           max_retries=0, timeout=30)  # fmt: skip
+    api = f"http://127.0.0.1:{port}/v1"
+    client = openai.OpenAI(base_url=api, api_key=secret, max_retries=0, timeout=30)
+    hooli = openai.OpenAI(base_url=api, api_key=hooli_secret, max_retries=0, timeout=120)
+    handbook = (CORPUS / "acme" / "employee-handbook.md").read_bytes()
+    hooli.files.create(file=("handbook.md", handbook), purpose="assistants")
+    first = hooli.chat.completions.create(model="grounded", messages=QUESTION, max_tokens=1)
+    used, prompt = first.usage.total_tokens, first.usage.prompt_tokens
+    ledger = Ledger(tmp_path / "data", load_config(config).budgets)
+    spent = ledger.usage("hooli")
+    assert spent
 
     def upload() -> None:
         for name, text in texts.items():
@@ -190,5 +207,16 @@ def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path)
             found = client.vector_stores.search("vs_acme", query=f"zq{code}x",
                                                 max_num_results=50)  # fmt: skip
             assert file_id in {hit.file_id for hit in found.data}, name
+        assert ledger.usage("hooli") == spent  # the usage recorded before the kill
+        ledger.close()
+        # prompt + max_tokens = DAY_BUDGET - prompt: admitted only if the first request were
+        # forgotten
+        with pytest.raises(openai.RateLimitError) as refused:
+            hooli.chat.completions.create(
+                model="grounded", messages=QUESTION, max_tokens=DAY_BUDGET - 2 * prompt
+            )
+        message = refused.value.response.json()["error"]["message"]
+        assert f"has used {used} of its tokens_per_day budget of {DAY_BUDGET}" in message
+        assert int(refused.value.response.headers["retry-after"]) <= 86_400
     finally:  # Ctrl-C: SIGINT to the process group, as a terminal sends
         stops_cleanly(process, signal.SIGINT, to_group=True)
