@@ -74,57 +74,36 @@ def raw(appliance) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=600)
 
 
-def test_every_object_conforms_to_openais_types_with_real_citations(appliance):
-    with raw(appliance) as http:
-        conforms(Model, http.get("/models").json()["data"][0])
-        files = http.get("/files").json()["data"]
-        for item in files:
-            conforms(FileObject, item)
-        body = {"model": "grounded", "messages": [{"role": "user", "content": LEAVE}]}
-        reply = http.post("/chat/completions", json=body).json()
-        assert reply["grounded"]["answer_support"] >= 0.05  # checked, then shown
-        completion = conforms(ChatCompletion, reply)
-        annotations = completion.choices[0].message.annotations
-        assert annotations, completion.choices[0].message.content  # the real model cites
-        text = completion.choices[0].message.content
-        for annotation in annotations:
-            cited = annotation.url_citation
-            assert 0 <= cited.start_index < cited.end_index <= len(text)
-            # The URL is the cited file's text; its fragment is the cited chunk.
-            path, fragment = cited.url.split("#char=")
-            start, end = map(int, fragment.split(","))
-            assert path.startswith(f"{appliance[0]}/files/")
-            assert path.endswith("/content?format=text")
-            url = urllib.parse.urlparse(path)
-            document = http.get(url.path.removeprefix("/v1") + "?" + url.query).text
-            assert document[start:end].strip()
-            assert any(cited.title.startswith(f["filename"]) for f in files), cited.title
-        assert "27" in text
-        with http.stream("POST", "/chat/completions", json={**body, "stream": True,
-                         "stream_options": {"include_usage": True}}) as response:  # fmt: skip
-            events = [line.removeprefix("data: ") for line in response.iter_lines()
-                      if line.startswith("data: ")]  # fmt: skip
-        assert events[-1] == "[DONE]"
-        chunks = [chunk_conforms(json.loads(e)) for e in events[:-1]]
-        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        final = json.loads(events[-3])["choices"][0]["delta"]["annotations"]
-        assert streamed == text and final == [a.model_dump() for a in annotations]
-        vectors = http.post("/embeddings", json={"model": "grounded", "input": ["a", "b"]})
-        conforms(CreateEmbeddingResponse, vectors.json())
-        created = http.post("/files", files={"file": ("x.txt", b"A note about zebras.")})
-        conforms(FileObject, created.json())
-        conforms(FileDeleted, http.delete(f"/files/{created.json()['id']}").json())
-
-
 def sse(response: httpx.Response) -> list[str]:
     return [line.removeprefix("data: ") for line in response.iter_lines()
             if line.startswith("data: ")]  # fmt: skip
 
 
-def test_every_payload_conforms_to_openais_published_spec(appliance):
+def cites_real_passages(http: httpx.Client, url: str, completion: ChatCompletion, files) -> None:
+    """The real model cites: each citation's span lies in the answer, its URL is the cited
+    file's text (its fragment the cited chunk, not empty) and its title the file's name."""
+    annotations = completion.choices[0].message.annotations
+    text = completion.choices[0].message.content
+    assert annotations, text
+    for annotation in annotations:
+        cited = annotation.url_citation
+        assert 0 <= cited.start_index < cited.end_index <= len(text)
+        path, fragment = cited.url.split("#char=")
+        start, end = map(int, fragment.split(","))
+        assert path.startswith(f"{url}/files/")
+        assert path.endswith("/content?format=text")
+        parsed = urllib.parse.urlparse(path)
+        document = http.get(parsed.path.removeprefix("/v1") + "?" + parsed.query).text
+        assert document[start:end].strip()
+        assert any(cited.title.startswith(f["filename"]) for f in files), cited.title
+
+
+def test_every_payload_conforms_to_openais_types_and_published_spec(appliance):
     """Each implemented endpoint's body (every streamed chunk and event included) against
     OpenAI's OpenAPI document (tests/openai_spec): no null where the spec's type has none, no
-    field outside it but the tolerated ones, scores in [0, 1], pagination on every list."""
+    field outside it but the tolerated ones, scores in [0, 1], pagination on every list; the
+    objects the `openai` package types parsed strictly by them (tests/openai_schema), with
+    real citations."""
     checked = []
 
     def check(operation: str, response: httpx.Response, status: int = 200) -> dict:
@@ -136,12 +115,14 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
 
     with raw(appliance) as http:
         models = check("GET /models", http.get("/models"))
+        conforms(Model, models["data"][0])
         kinds = {m["id"]: m["grounded"]["kind"] for m in models["data"]}
         assert kinds == {"grounded": "chat", "all-MiniLM-L6-v2": "embedding"}
         for model in kinds:
             vectors = check("POST /embeddings", http.post("/embeddings", json={
                 "model": model, "input": ["annual leave"]}))  # fmt: skip
             assert len(vectors["data"][0]["embedding"]) == 384
+            conforms(CreateEmbeddingResponse, vectors)
         missing = http.post("/embeddings", json={"model": "ada", "input": ["x"]})
         assert "all-MiniLM-L6-v2" in check("error", missing, 404)["error"]["message"]
         wrong = {"model": "all-MiniLM-L6-v2", "messages": [{"role": "user", "content": LEAVE}]}
@@ -149,8 +130,11 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
                                           404)["error"]["message"]  # fmt: skip
 
         note = check("POST /files", http.post("/files", files={"file": ("zebra.txt", ZEBRA)}))
+        conforms(FileObject, note)
         check("GET /files/{file_id}", http.get(f"/files/{note['id']}"))
         listed = check("GET /files", http.get("/files"))
+        for item in listed["data"]:
+            conforms(FileObject, item)
         assert listed["first_id"] == note["id"] and not listed["has_more"]  # newest first
         first = check("GET /files", http.get("/files", params={"limit": 1, "order": "asc"}))
         rest = check("GET /files", http.get("/files", params={"after": first["last_id"]}))
@@ -159,7 +143,12 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
         assert empty["data"] == [] and empty["first_id"] == empty["last_id"] == ""
 
         body = {"model": "grounded", "messages": [{"role": "user", "content": LEAVE}]}
-        check("POST /chat/completions", http.post("/chat/completions", json=body))
+        reply = check("POST /chat/completions", http.post("/chat/completions", json=body))
+        assert reply["grounded"]["answer_support"] >= 0.05  # checked, then shown
+        completion = conforms(ChatCompletion, reply)
+        cites_real_passages(http, appliance[0], completion, listed["data"])
+        text = completion.choices[0].message.content
+        assert "27" in text
         # A small max_tokens is the answer's: the quote before it has its own room.
         short = check(
             "POST /chat/completions",
@@ -173,6 +162,11 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
         for event in events[:-1]:
             spec_conforms("POST /chat/completions", json.loads(event), stream=True)
         checked.append("POST /chat/completions (stream)")
+        chunks = [chunk_conforms(json.loads(e)) for e in events[:-1]]
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        final = json.loads(events[-3])["choices"][0]["delta"]["annotations"]
+        annotations = completion.choices[0].message.annotations
+        assert streamed == text and final == [a.model_dump() for a in annotations]
 
         store = check("POST /vector_stores", http.post("/vector_stores", json={
             "name": "notes", "file_ids": [note["id"]]}))  # fmt: skip
@@ -231,7 +225,7 @@ def test_every_payload_conforms_to_openais_published_spec(appliance):
         check("DELETE /vector_stores/{vector_store_id}/files/{file_id}",
               http.delete(f"{files}/{note['id']}"))  # fmt: skip
         check("DELETE /vector_stores/{vector_store_id}", http.delete(f"/vector_stores/{sid}"))
-        check("DELETE /files/{file_id}", http.delete(f"/files/{note['id']}"))
+        conforms(FileDeleted, check("DELETE /files/{file_id}", http.delete(f"/files/{note['id']}")))
         check("error", http.get(f"/files/{note['id']}"), 404)
     # Every operation the spec gives a body for, each checked at least once.
     assert documented_operations() <= set(checked), documented_operations() - set(checked)
