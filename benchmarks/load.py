@@ -117,8 +117,8 @@ def prompts_for(config, max_tokens):
     the evidence gate turns away would not reach the generator in either phase)."""
     from index.pipeline import discover
     from index.service import IndexService
-    from serve.generator import ChatTokenizer
     from serve.models import resolve_model
+    from serve.query.generation import ChatTokenizer
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
 

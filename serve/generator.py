@@ -16,7 +16,7 @@ from typing import Any
 
 from index.errors import ConfigError
 from serve.config import GeneratorConfig
-from serve.query.generation import GenerationChunk, GeneratorUnavailableError
+from serve.query.generation import ChatTokenizer, GenerationChunk, GeneratorUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -74,39 +74,6 @@ def _recorder_factory(stats: EngineStats):
             pass
 
     return _Recorder
-
-
-class ChatTokenizer:
-    """The generator's own tokenizer and chat template: counting, encoding and rendering
-    happen wherever the budget is computed (in-process, or in the appliance's ingress, which
-    loads the tokenizer from the model folder without the engine)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-
-    @classmethod
-    def from_folder(cls, folder: str) -> ChatTokenizer:
-        from transformers import AutoTokenizer
-
-        return cls(AutoTokenizer.from_pretrained(folder))
-
-    @property
-    def special_tokens(self) -> list[str]:
-        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
-        return sorted({*self.tokenizer.all_special_tokens, *(t.content for t in added.values())})
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text))
-
-    def render(self, messages: list[dict[str, str]]) -> list[int]:
-        """The model's chat template, with the assistant turn opened."""
-        text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        return self.encode(text)
 
 
 class VllmGenerator:

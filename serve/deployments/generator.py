@@ -10,9 +10,9 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 
 from serve.config import AppConfig
-from serve.generator import ChatTokenizer, EngineStats, VllmGenerator
+from serve.generator import EngineStats, VllmGenerator
 from serve.metrics import metrics
-from serve.query.generation import GenerationChunk
+from serve.query.generation import ChatTokenizer, GenerationChunk
 from serve.query.routing import MODEL_ID
 from serve.resources import engine_kwargs
 

@@ -12,10 +12,10 @@ from serve.deployments.generator import RemoteGenerator
 from serve.deployments.reranker import RemoteReranker
 from serve.deployments.shards import RemoteSearcher
 from serve.gateway import Gateway
-from serve.generator import ChatTokenizer
 from serve.guard import RequestGuard
 from serve.identity import Authenticator
 from serve.keys import key_store
+from serve.query.generation import ChatTokenizer
 from serve.query.pipeline import QueryPipeline
 from serve.tenant_shards import TenantShards
 from serve.tracing import setup_tracing

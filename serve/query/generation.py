@@ -1,6 +1,7 @@
 """What the query pipeline needs from a generator: the Generator protocol (vLLM's engine in
 serve/generator.py, the ingress's handle to it in serve/deployments/generator.py, a fake in
-serve/testing.py), the chunks it streams, and the error it fails with."""
+serve/testing.py), the chunks it streams, the error it fails with, and its tokenizer
+(ChatTokenizer: budgets and prompts are counted with it in front of the engine)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,36 @@ class Generator(Protocol):
     async def next_token_logprobs(
         self, token_ids: list[int], *, allowed_token_ids: Sequence[int], cache_salt: str
     ) -> dict[int, float]: ...
+
+
+class ChatTokenizer:
+    """The generator's own tokenizer and chat template: counting, encoding and rendering
+    happen wherever the budget is computed (in-process, or in the appliance's ingress, which
+    loads the tokenizer from the model folder without the engine)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: str) -> ChatTokenizer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(folder))
+
+    @property
+    def special_tokens(self) -> list[str]:
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        return sorted({*self.tokenizer.all_special_tokens, *(t.content for t in added.values())})
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """The model's chat template, with the assistant turn opened."""
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return self.encode(text)
