@@ -14,6 +14,8 @@ from index.config import IndexConfig
 from index.service import IndexService
 from index.testing import HashingEmbedder
 
+pytest_plugins = ("tests.cpu_report",)  # --cpu-report N
+
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "samples" / "corpus"
 # The integration modules that share one appliance (tests/integration/conftest.py).
