@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,12 +46,23 @@ def pytest_xdist_make_scheduler(config, log):
 
 def engine_environment(root: Path) -> dict[str, str]:
     """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's caches
-    and sockets under ``root``, quiet engine logs, and 120 s for a Ray head's GCS to bind its
-    port (Ray's default 30 s ran out once in `make test` here, the two cores still busy with
-    the previous module's appliance going down)."""
+    under ``root`` and its sockets in a short folder (rpc_folder), quiet engine logs, and 120 s
+    for a Ray head's GCS to bind its port (Ray's default 30 s ran out once in `make test` here,
+    the two cores still busy with the previous module's appliance going down)."""
     return {"RAY_AUTH_MODE": "disabled", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
-            "VLLM_RPC_BASE_PATH": str(root), "VLLM_LOGGING_LEVEL": "ERROR",
+            "VLLM_RPC_BASE_PATH": rpc_folder(), "VLLM_LOGGING_LEVEL": "ERROR",
             "RAY_gcs_server_port_wait_time_s": "120"}  # fmt: skip
+
+
+@functools.cache
+def rpc_folder() -> str:
+    """A folder of this test process's own for vLLM's Unix sockets, removed at its exit. A
+    socket's path holds at most 107 characters; a test's tmp_path with a 36-character socket
+    name can be longer (pytest-117/popen-gw1/test_sigkill_during_api_upload0/: 108, and the
+    engine failed to start)."""
+    folder = tempfile.mkdtemp(prefix="grounded-rpc-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def use_engine_environment(root: Path) -> None:

@@ -15,7 +15,7 @@ from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
 from serve.query.rerankers import GeneratorReranker
 from serve.query.retrieval import LocalSearcher
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, rpc_folder
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,7 +40,7 @@ def generator(tmp_path_factory, loop):
     for name, value in {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CACHE_ROOT": str(root / "cache"),
-        "VLLM_RPC_BASE_PATH": str(root),
+        "VLLM_RPC_BASE_PATH": rpc_folder(),
         "HF_HUB_OFFLINE": "1",
     }.items():
         os.environ.setdefault(name, value)
