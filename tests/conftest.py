@@ -18,7 +18,7 @@ from index.config import IndexConfig
 from index.service import IndexService
 from index.testing import HashingEmbedder
 
-pytest_plugins = ("tests.cpu_report",)  # --cpu-report N
+pytest_plugins = ("tests.cpu_report", "pytester")  # --cpu-report N; tests of it
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "samples" / "corpus"
