@@ -69,7 +69,7 @@ $(JS)/node_modules/.installed: $(JS)/package-lock.json $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" npm ci --prefix $(JS) --no-audit --no-fund
 	touch $@
 
-# Two pytest-xdist workers, each with its own Ray: on 2 cores 16-18 min here against 21 in one
+# Two pytest-xdist workers, each with its own Ray: on 2 cores 15-18 min here against 21 in one
 # process (appliance start-ups are CPU-bound, so two overlap only part of them). Units of work:
 # tests/conftest.py; their order: tests/integration/conftest.py. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
