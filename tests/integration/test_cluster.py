@@ -34,7 +34,8 @@ def cluster(tmp_path_factory, postgres):
     use_engine_environment(root)
     model = build_tiny_model(root / "tiny", "\n".join(p.read_text() for p in CORPUS.rglob("*.md")))
     cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 2, "resources": {"head": 10}})  # fmt: skip
+                      head_node_args={"num_cpus": 2, "resources": {"head": 10},
+                                      "include_dashboard": False})  # fmt: skip
     workers = [cluster.add_node(num_cpus=1, resources={"shards": 1}) for _ in range(2)]
     cluster.wait_for_nodes()
     on_head = {"num_cpus": 0.1, "resources": {"head": 1}, "max_ongoing_requests": 16}
