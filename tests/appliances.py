@@ -31,7 +31,7 @@ def free_port() -> int:
 def tiny_appliance_config(root: Path, **overrides: Any) -> AppConfig:
     """The config of a test appliance under ``root`` (the tiny model is built there);
     ``overrides`` are further config sections (budgets, query...)."""
-    use_engine_environment(root)
+    use_engine_environment()
     text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3 + " yes no Yes No" * 50
     model = build_tiny_model(root / "tiny", text)
     fractional = {"num_cpus": 0.1, "max_ongoing_requests": 32}

@@ -44,12 +44,18 @@ def pytest_xdist_make_scheduler(config, log):
     return Modules(config, log)
 
 
-def engine_environment(root: Path) -> dict[str, str]:
-    """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's caches
-    under ``root`` and its sockets in a short folder (rpc_folder), quiet engine logs, and 120 s
+# vLLM's cache, shared by every engine the tests start (in data/, kept between runs): vLLM
+# learns what a model class supports in a subprocess that imports the whole of vLLM (13-18
+# CPU-s here) and keeps the answer there, keyed by the class's source.
+VLLM_CACHE = REPO / "data" / "vllm-cache"
+
+
+def engine_environment() -> dict[str, str]:
+    """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's cache
+    (VLLM_CACHE), its sockets in a short folder (rpc_folder), quiet engine logs, and 120 s
     for a Ray head's GCS to bind its port (Ray's default 30 s ran out once in `make test` here,
     the two cores still busy with the previous module's appliance going down)."""
-    return {"RAY_AUTH_MODE": "disabled", "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+    return {"RAY_AUTH_MODE": "disabled", "VLLM_CACHE_ROOT": str(VLLM_CACHE),
             "VLLM_RPC_BASE_PATH": rpc_folder(), "VLLM_LOGGING_LEVEL": "ERROR",
             "RAY_gcs_server_port_wait_time_s": "120"}  # fmt: skip
 
@@ -65,8 +71,8 @@ def rpc_folder() -> str:
     return folder
 
 
-def use_engine_environment(root: Path) -> None:
-    for name, value in engine_environment(root).items():
+def use_engine_environment() -> None:
+    for name, value in engine_environment().items():
         os.environ.setdefault(name, value)
 
 

@@ -38,7 +38,7 @@ ZEBRA = b"Field notes. The zebra crossing code is QX-77. It opens the north gate
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
     root = tmp_path_factory.mktemp("clients")
-    use_engine_environment(root)
+    use_engine_environment()
     folder = models_dir(REPO / "data") / "qwen2.5-0.5b"
     if not (folder / "config.json").is_file():
         fetch("qwen2.5-0.5b", REPO / "data")

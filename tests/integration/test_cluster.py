@@ -31,7 +31,7 @@ def cluster(tmp_path_factory, postgres):
     from ray.cluster_utils import Cluster
 
     root = tmp_path_factory.mktemp("cluster")
-    use_engine_environment(root)
+    use_engine_environment()
     model = build_tiny_model(root / "tiny", "\n".join(p.read_text() for p in CORPUS.rglob("*.md")))
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 2, "resources": {"head": 10},

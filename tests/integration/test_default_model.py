@@ -61,7 +61,8 @@ def engine(model_folder):
         pending = asyncio.all_tasks(loop)  # the engine's output handler, after its shutdown
         for task in pending:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if pending:  # gather() of nothing needs a current loop, which `asyncio.run` unset
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
 

@@ -79,7 +79,7 @@ def survivors(processes: list[psutil.Process]) -> list[str]:
 def launch(config: Path, tmp_path: Path) -> subprocess.Popen:
     """`grounded up` in its own process group (as a terminal runs it), its output in a file
     (a pipe nobody reads while it serves would fill and stall it): ``output(process)``."""
-    env = {**os.environ, **engine_environment(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **engine_environment(), "HF_HUB_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
     grounded = Path(sys.executable).with_name("grounded")
     log = tmp_path / f"up-{time.monotonic_ns()}.log"
