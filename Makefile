@@ -30,7 +30,8 @@ TORCH_INDEX_IF_REACHABLE = $$($(BIN)/python -c "import urllib.request as r; \
 # 95 s for the same 240 packages at the same versions. It compiles the packages' bytecode, as
 # pip does (34 s on 2 cores): uv leaves that to the first import, which writes nothing where
 # PYTHONDONTWRITEBYTECODE is set (these machines set it), so that every process compiled what
-# it imported, every time: a tiny vLLM engine's start took 43 CPU-s against 21.
+# it imported, every time: the appliance started in 79.3 s against 37.6 s
+# (`python -m benchmarks.first_answer`, benchmarks/results/serving.md).
 # uv reads none of pip's configuration, so pip's indexes, find-links and constraints (pip.conf
 # or PIP_*: a site's mirror, where a machine keeps the torch wheel, its caps) are passed on to
 # it, and it weighs every index as pip does (unsafe-best-match). Should uv still fail where

@@ -40,8 +40,9 @@ def _compile_nothing_in_an_eager_engine(engine_kwargs: dict[str, Any]) -> None:
     log-probabilities (the answer check, the generator judge) waited 9.0 s for it on 2 cores
     where Inductor's cache was empty, as on a new machine or container (qwen2.5-0.5b; 0.29 s
     without, later requests 0.09-0.10 s either way); the appliance's first checked answer took
-    14.2 s against 5.4 s. Turn TorchDynamo off in the engine-core process, which inherits this
-    environment when it starts."""
+    14.15 s against 4.44 s (`python -m benchmarks.first_answer`, benchmarks/results/serving.md).
+    Turn TorchDynamo off in the engine-core process, which inherits this environment when it
+    starts."""
     if engine_kwargs.get("enforce_eager"):
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
