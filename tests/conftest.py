@@ -26,6 +26,41 @@ CORPUS = REPO / "samples" / "corpus"
 SHARING = ("test_appliance.py", "test_fuzz.py", "test_responses_clients.py", "test_chaos.py")
 
 
+# test_python_versions.py waits on the package index, not the CPU, for about 50 s. Under
+# pytest-xdist the controller, which runs no test, starts its resolutions as soon as a worker
+# has collected it, and tells each worker the folder they write to (workerinput[RESOLUTIONS]):
+# no worker waits for them (one did, for 47 of its 822 s in `make test` of 2026-12-06).
+PYTHON_VERSIONS = "test_python_versions.py"
+RESOLUTIONS = "grounded_resolutions"
+_resolutions = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist's controller, for each worker it starts."""
+    state = node.config.stash.setdefault(_resolutions, {})
+    if "folder" not in state:
+        state["folder"] = Path(tempfile.mkdtemp(prefix="grounded-resolutions-"))
+    node.workerinput[RESOLUTIONS] = str(state["folder"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    state = node.config.stash.get(_resolutions, {})
+    if "folder" in state and "started" not in state and any(PYTHON_VERSIONS in i for i in ids):
+        from tests.integration.test_python_versions import start_resolutions
+
+        state["started"] = start_resolutions(state["folder"])
+
+
+def pytest_unconfigure(config) -> None:
+    state = config.stash.get(_resolutions, {})
+    for resolution in state.get("started", {}).values():
+        resolution.stop()
+    if "folder" in state:
+        shutil.rmtree(state["folder"], ignore_errors=True)
+
+
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where xdist is absent
 def pytest_xdist_make_scheduler(config, log):
     """`make test`'s two pytest-xdist workers get whole integration modules (their module

@@ -6,9 +6,9 @@ pytest process holds one Ray at a time and other modules start their own.
 
 `make test` runs the suite on two pytest-xdist workers, each with its own Ray, handing out
 units of work in this order (tests/conftest.py's scheduler: an integration module, or the
-SHARING modules together, is one unit): the one that waits on the network (WAITING), the
-slowest (SLOWEST: measured in `make test`'s --durations), then the other modules, then the
-unit tests, which fill in whichever worker is free."""
+SHARING modules together, is one unit): the slowest first (SLOWEST: measured in `make test`'s
+--durations), then the other modules, then the unit tests (the longest first), which fill in
+whichever worker is free."""
 
 from __future__ import annotations
 
@@ -18,30 +18,26 @@ import pytest
 
 from serve.config import AppConfig
 from tests.appliances import shared_appliance_config
-from tests.conftest import SHARING
+from tests.conftest import PYTHON_VERSIONS, RESOLUTIONS, SHARING
 
-# Waits on the package index, not the CPU. In a pytest-xdist worker it goes first, so that its
-# wait overlaps the other worker's appliance start, whose replicas start in parallel and use
-# both cores (among the others, in `make test` of 2026-12-06, it ran last and left one core
-# idle for most of its 52 s); in one process `resolutions` starts it with the session.
-WAITING = "test_python_versions.py"
+# The unit test that takes longest (one test, about 45 s): first of the unit tests, so that the
+# others fill in beside it (last, it ended the run alone: 20 s after the other worker).
+LONGEST_UNIT = "test_http_fuzz.py"
 SLOWEST = ("test_default_model.py", "test_clients.py", "test_stop.py", "test_cluster.py",
            "test_responses_api.py", "test_generator.py")  # fmt: skip
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    in_worker = hasattr(config, "workerinput")  # a pytest-xdist worker
-
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def place(item: pytest.Item) -> tuple[int, int]:
         if "integration" not in item.path.parts:
-            return (0 if "gpu" in item.path.parts else 5, 0)
-        if item.path.name == WAITING and in_worker:  # else started early (`resolutions`)
-            return (1, 0)
+            if "gpu" in item.path.parts:
+                return (0, 0)
+            return (4, 0 if item.path.name == LONGEST_UNIT else 1)
         if item.path.name in SHARING:
-            return (2, SHARING.index(item.path.name))
+            return (1, SHARING.index(item.path.name))
         if item.path.name in SLOWEST:
-            return (3, SLOWEST.index(item.path.name))
-        return (4, 0)
+            return (2, SLOWEST.index(item.path.name))
+        return (3, 0)
 
     items.sort(key=place)  # stable: the order within each module is kept
 
@@ -91,16 +87,18 @@ def shared_appliance(_shared) -> tuple:
 def resolutions(request, tmp_path_factory):
     """test_python_versions.py's dependency resolutions, started with the first integration
     test when that module is to run: they wait on the package index, not the CPU, so they
-    go on while the appliances start (45 s of the suite when they ran in their turn). Not in a
-    pytest-xdist worker: it collects every test but runs only some; there the test starts its
-    own, first in its worker (WAITING), while the other worker starts an appliance."""
-    in_worker = hasattr(request.config, "workerinput")
-    names = {item.path.name for item in request.session.items}
-    if in_worker or "test_python_versions.py" not in names:
+    go on while the appliances start (45 s of the suite when they ran in their turn). In a
+    pytest-xdist worker, which collects every test but runs only some, the controller started
+    them once for all workers (tests/conftest.py): the worker reads what they wrote."""
+    from tests.integration.test_python_versions import attach_resolutions, start_resolutions
+
+    if hasattr(request.config, "workerinput"):
+        folder = request.config.workerinput.get(RESOLUTIONS)
+        yield attach_resolutions(Path(folder)) if folder else {}
+        return
+    if PYTHON_VERSIONS not in {item.path.name for item in request.session.items}:
         yield {}
         return
-    from tests.integration.test_python_versions import start_resolutions
-
     started = start_resolutions(tmp_path_factory.mktemp("resolutions"))
     yield started
     for resolution in started.values():

@@ -8,9 +8,12 @@ for the same Python versions, stands in for it in the CPU resolution."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,52 +33,67 @@ CASES = [(version, extra) for version in ("3.12", "3.13") for extra in ("cpu", "
 
 class Resolution:
     """uv's resolution of ``extra`` and dev on Python ``version``, running in the background:
-    it waits on the package index, not the CPU, so tests/integration/conftest.py starts every
-    case with the session (``start_resolutions``) and it goes on while appliances start."""
+    it waits on the package index, not the CPU, so it starts early (``start_resolutions``,
+    tests/conftest.py and tests/integration/conftest.py) and goes on while appliances start.
+    Its outcome is files in ``folder``, readable from any process (``attach_resolutions``)."""
 
-    def __init__(self, folder: Path, version: str, extra: str) -> None:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.pinned, self.errors = folder / "pinned.txt", folder / "errors.txt"
+        self.returncode = folder / "returncode"  # written (whole) when uv has ended
+        self.process: subprocess.Popen | None = None
+
+    @classmethod
+    def start(cls, folder: Path, version: str, extra: str) -> Resolution:
+        resolution = cls(folder)
         folder.mkdir()
         override = folder / "override.txt"
         override.write_text("torch==2.13.0\n" if extra == "cpu" else "")
-        self.pinned, self.errors = folder / "pinned.txt", folder / "errors.txt"
-        # A failure to start is this test's to report, not every integration test's (the
-        # conftest fixture that starts it is autouse): kept until ``pins``.
-        self.process: subprocess.Popen | None = None
-        self.failure = ""
-        with self.errors.open("w") as errors:
-            try:
-                self.process = subprocess.Popen(
-                    [uv(), "pip", "compile", "pyproject.toml", "--extra", extra, "--extra",
-                     "dev", "--python-version", version, "--python-platform", PLATFORM,
-                     "--only-binary", ":all:", "--override", str(override), "--no-header",
-                     "--quiet", "-o", str(self.pinned)],
-                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors,
-                )  # fmt: skip
-            except OSError as exc:
-                self.failure = f"uv did not start ({exc}); it is a dev dependency: run make setup"
+        command = [uv(), "pip", "compile", "pyproject.toml", "--extra", extra, "--extra", "dev",
+                   "--python-version", version, "--python-platform", PLATFORM,
+                   "--only-binary", ":all:", "--override", str(override), "--no-header",
+                   "--quiet", "-o", str(resolution.pinned)]  # fmt: skip
+        ended = 'code="$1"; shift; "$@"; echo $? > "$code.new"; mv "$code.new" "$code"'
+        with resolution.errors.open("w") as errors:
+            resolution.process = subprocess.Popen(
+                ["sh", "-c", ended, "sh", str(resolution.returncode), *command],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True,
+            )  # fmt: skip
+        return resolution
 
     def pins(self) -> dict[str, str]:
         """The pins uv's resolver gave (waiting for it)."""
-        assert self.process is not None, self.failure
-        returncode = self.process.wait(timeout=600)
-        assert returncode == 0, self.errors.read_text()
+        deadline = time.monotonic() + 600
+        while not self.returncode.exists():
+            assert time.monotonic() < deadline, "uv's resolution did not end in 600 s"
+            time.sleep(0.5)
+        returncode = int(self.returncode.read_text())
+        hint = "; uv is a dev dependency: run make setup" if returncode == 127 else ""
+        assert returncode == 0, self.errors.read_text() + hint
         lines = self.pinned.read_text().splitlines()
         return {line.split("==")[0]: line.split("==")[1] for line in lines
                 if "==" in line and not line.startswith(" ")}  # fmt: skip
 
     def stop(self) -> None:
+        """End uv if it still runs (the process that started it)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
 
 def start_resolutions(folder: Path) -> dict[tuple[str, str], Resolution]:
-    return {case: Resolution(folder / "-".join(case), *case) for case in CASES}
+    return {case: Resolution.start(folder / "-".join(case), *case) for case in CASES}
+
+
+def attach_resolutions(folder: Path) -> dict[tuple[str, str], Resolution]:
+    """The resolutions another process started in ``folder`` (start_resolutions)."""
+    return {case: Resolution(folder / "-".join(case)) for case in CASES}
 
 
 @pytest.fixture
 def started(resolutions, tmp_path):
-    """The resolutions the conftest started early, or (in a pytest-xdist worker) started now."""
+    """The resolutions started early (tests/integration/conftest.py's ``resolutions``), or
+    started now where nothing did."""
     if resolutions:
         yield resolutions
         return
