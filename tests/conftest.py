@@ -13,6 +13,13 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Two test workers share the cores: OpenMP threads that finish their share of an operation
+# sleep instead of spinning on a core the other worker could use. vLLM's CPU engine binds one
+# thread to each core; beside a one-core loop its answers took 13.9 s against 15.3 s, and the
+# loop 17.4 s against 18.7 s (means of three runs; alone, the same either way:
+# `python -m benchmarks.experiments.engine_cores --beside-busy`). Set before torch, faiss or
+# vLLM loads libgomp, which reads it then; every process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from index.config import IndexConfig
 from index.service import IndexService
