@@ -20,7 +20,7 @@ from serve.config import AppConfig
 from tests.appliances import shared_appliance_config
 from tests.conftest import PYTHON_VERSIONS, RESOLUTIONS, SHARING
 
-# The unit test that takes longest (one test, about 45 s): first of the unit tests, so that the
+# The unit test that takes longest (one test, about 50 s): first of the unit tests, so that the
 # others fill in beside it (last, it ended the run alone: 20 s after the other worker).
 LONGEST_UNIT = "test_http_fuzz.py"
 SLOWEST = ("test_default_model.py", "test_clients.py", "test_stop.py", "test_cluster.py",
