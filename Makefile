@@ -28,9 +28,10 @@ TORCH_INDEX_IF_REACHABLE = $$($(BIN)/python -c "import urllib.request as r; \
 
 # The install runs on uv (a dev dependency; pip installs it first): 16 s here against pip's
 # 95 s for the same 240 packages at the same versions. It compiles the packages' bytecode, as
-# pip does (34 s on 2 cores): uv leaves that to the first import, which writes nothing where
-# PYTHONDONTWRITEBYTECODE is set (these machines set it), so that every process compiled what
-# it imported, every time: the appliance started in 79.3 s against 37.6 s
+# pip does (30,019 files in 25-40 s on 2 cores here, as `make setup` prints it): uv leaves that
+# to the first import, which writes nothing where PYTHONDONTWRITEBYTECODE is set (these
+# machines set it), so that every process compiled what it imported, every time: the
+# appliance started in 79.3 s against 37.6 s
 # (`python -m benchmarks.first_answer`, benchmarks/results/serving.md).
 # uv reads none of pip's configuration, so pip's indexes, find-links and constraints (pip.conf
 # or PIP_*: a site's mirror, where a machine keeps the torch wheel, its caps) are passed on to

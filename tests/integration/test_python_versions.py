@@ -38,7 +38,6 @@ class Resolution:
     Its outcome is files in ``folder``, readable from any process (``attach_resolutions``)."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
         self.pinned, self.errors = folder / "pinned.txt", folder / "errors.txt"
         self.returncode = folder / "returncode"  # written (whole) when uv has ended
         self.process: subprocess.Popen | None = None
