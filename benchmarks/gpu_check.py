@@ -140,7 +140,6 @@ def step_tests(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
 
 
 def step_engine(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from serve.generator import VllmGenerator
 
     _, settings, which = generator_settings(cpu, data_dir, scratch)

@@ -42,7 +42,6 @@ log = logging.getLogger("grounded")
 def generator_env(config: AppConfig) -> dict[str, str]:
     threads = config.serve.generator_threads or os.cpu_count() or 1
     env = {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "OMP_NUM_THREADS": str(threads),  # Ray sets 1 for fractional num_cpus
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",

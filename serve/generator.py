@@ -47,6 +47,20 @@ def _compile_nothing_in_an_eager_engine(engine_kwargs: dict[str, Any]) -> None:
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 
+def _run_the_model_in_the_engine_core() -> None:
+    """vLLM runs a one-device model in its engine-core process ("uni" executor), but on CPU it
+    moves it to a worker process of its own unless VLLM_ENABLE_V1_MULTIPROCESSING is 0: one
+    more process that imports the whole of vLLM and waits on a spinning shared-memory queue.
+    The appliance's generator replica has always run with it 0; so now does every other
+    engine (`grounded ask`, eval, benchmarks, tests). qwen2.5-1.5b's engine and MiniLM (the
+    fixtures of tests/integration/test_default_model.py) took 36-39 s and 28-31 CPU-s against
+    48-49 s and 39, and the engine answered as fast: four questions in turn in 43.6 and 44.9 s
+    against 47.4 and 45.0, at once in 19.4 and 19.6 s against 18.4 and 20.2
+    (`python -m benchmarks.experiments.engine_cores`; 2 cores, 2026-12-06). AsyncLLM keeps the
+    engine core in a process of its own either way, as it does several GPUs' workers."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
 @dataclass(slots=True)
 class EngineStats:
     """The engine's own counters, as its stat loggers receive them (for metrics)."""
@@ -120,6 +134,7 @@ class VllmGenerator:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         _use_every_core_on_a_small_cpu()
+        _run_the_model_in_the_engine_core()
         _compile_nothing_in_an_eager_engine(self.config.engine_kwargs)
         options = {"enable_prefix_caching": True, "disable_log_stats": False}
         options |= self.config.engine_kwargs  # vLLM's own options win (benchmarks turn caching off)

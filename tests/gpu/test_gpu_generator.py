@@ -59,7 +59,6 @@ def generator(tmp_path_factory, loop, memory_before_engine):
     """gpu.yaml's generator: its engine options (bf16, gpu_memory_utilization, priority
     scheduling, the batch limits, prefix caching) on the tiny model."""
     root = tmp_path_factory.mktemp("vllm-gpu")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(root / "cache"))
     text = "\n".join(p.read_text() for p in CORPUS.rglob("*.md")) * 3
     model = build_tiny_model(root / "tiny", text + ' {"source": 1, "quote": "", "answer": ""}')

@@ -39,7 +39,6 @@ def loop():
 def generator(tmp_path_factory, loop):
     root = tmp_path_factory.mktemp("vllm")
     for name, value in {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CACHE_ROOT": str(VLLM_CACHE),
         "VLLM_RPC_BASE_PATH": rpc_folder(),
         "HF_HUB_OFFLINE": "1",
@@ -75,6 +74,16 @@ def test_stream_yields_deltas_and_usage(generator, loop):
     assert last.prompt_tokens == len(token_ids)
     assert 0 < last.completion_tokens <= 8
     assert all(c.finish_reason is None for c in chunks[:-1])
+
+
+def test_the_engine_core_runs_the_model_without_a_worker_process(generator):
+    """On CPU vLLM would run the model in a VLLM::Worker process under the engine core, unless
+    VLLM_ENABLE_V1_MULTIPROCESSING is 0, which VllmGenerator sets (serve/generator.py)."""
+    import psutil
+
+    names = [p.name() for p in psutil.Process().children(recursive=True)]
+    assert "VLLM::EngineCore" in names, names
+    assert not [name for name in names if name.startswith("VLLM::Worker")], names
 
 
 def test_a_stream_asked_for_logprobs_gives_one_per_token(generator, loop):
