@@ -75,41 +75,60 @@ async def ask_at_once(pipeline, asks, max_tokens):
     return {q: answer for (_, q), answer in zip(asks, answers, strict=True)}
 
 
-def test_default_model_answers_with_a_citation_and_abstains(engine, tmp_path, minilm):
-    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
-    service = IndexService(config.index, tmp_path, embedder=minilm).start()
-    files, _ = discover([CORPUS / "acme"])
-    list(service.pipeline("acme").ingest(files))
+@pytest.fixture(scope="module")
+def demo(engine, tmp_path_factory, minilm):
+    """Every `make demo` question asked at once over the sample corpus, as serve/demo.py asks
+    them, with the shipped config: (config, pipeline, {question: answer}). Asked once for the
+    module's tests (each answer of the 1.5B model costs seconds of both cores)."""
+    from serve.demo import QUESTIONS
+
+    data_dir = tmp_path_factory.mktemp("demo")
+    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=data_dir))
+    service = IndexService(config.index, data_dir, embedder=minilm).start()
+    for tenant in QUESTIONS:
+        files, _ = discover([CORPUS / tenant])
+        list(service.pipeline(tenant).ingest(files))
+    generator, run = engine
+    asks = [(tenant, q) for tenant, questions in QUESTIONS.items() for q in questions]
+    pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
+    answers = run(ask_at_once(pipeline, asks, max_tokens=160))  # as serve/demo.py asks
+    yield config, pipeline, answers
+    service.close()
+
+
+LEAVE = "How many days of annual leave do employees get, and how many can be carried over?"
+ABSENT = "Who won the 1998 football world cup?"
+
+
+def test_default_model_answers_with_a_citation_and_abstains(engine, demo):
+    config, pipeline, answers = demo
     generator, run = engine
     query = config.query
     assert query.min_answer_support is not None  # the shipped check
-    question = "How many days of paid annual leave do employees get per year?"
-
-    async def ask_both():
-        pipeline = QueryPipeline(LocalSearcher(service), generator, query)
-        leave = await pipeline.answer("acme", question, max_tokens=80)
-        absent = await pipeline.answer("acme", "Who won the 1998 football world cup?")
-        check = AnswerCheck(generator, query.min_answer_support)
-        own = next(s for s in leave.sources if "27" in s.hit.text)
-        options = QueryOptions(top_k=5, gate=False)
-        hits = await pipeline.retrieve("acme", "GX-4200 safety", options)
-        other = Source(own.number, next(h for h in hits if "27" not in h.text))
-        support = [await check.support(check.prompt(question, "27 days", source), "test")
-                   for source in (own, other)]  # fmt: skip
-        return leave, absent, support
-
-    leave, absent, (own_support, other_support) = run(ask_both())
-    service.close()
+    leave, absent = answers[LEAVE], answers[ABSENT]
     assert not leave.abstained and "27" in leave.text, leave.text
     cited = {c.source.hit.file_name for c in leave.cited}
     assert "employee-handbook.md" in cited, (leave.text, cited)
     assert all(c.support >= 0.5 for c in leave.cited)
-    if config.query.answer_format == "quoted":  # the shipped default: a checked quote
+    if query.answer_format == "quoted":  # the shipped default: a checked quote
         (cited,) = leave.cited
         assert cited.verified and cited.quote and cited.quote in cited.source.hit.text
         assert leave.text.endswith(f"[{cited.source.number}]")
     assert absent.abstained and absent.text == NOT_FOUND["en"] and absent.cited == ()
     assert leave.answer_support >= query.min_answer_support  # the check ran, and passed
+
+    # The check itself: the same answer against the source that states it and one that does not
+    question = "How many days of paid annual leave do employees get per year?"
+
+    async def supports():
+        check = AnswerCheck(generator, query.min_answer_support)
+        own = next(s for s in leave.sources if "27" in s.hit.text)
+        hits = await pipeline.retrieve("acme", "GX-4200 safety", QueryOptions(top_k=5, gate=False))
+        other = Source(own.number, next(h for h in hits if "27" not in h.text))
+        return [await check.support(check.prompt(question, "27 days", source), "test")
+                for source in (own, other)]  # fmt: skip
+
+    own_support, other_support = run(supports())
     assert own_support >= query.min_answer_support > other_support, (own_support, other_support)
 
 
@@ -138,21 +157,11 @@ DEMO_ANSWERS = {
 AT_THE_MODELS_LIMIT = {"How many large cardboard boxes are in stock in Rotterdam?"}
 
 
-def test_every_demo_question_is_answered_right_and_cited(engine, tmp_path, minilm):
+def test_every_demo_question_is_answered_right_and_cited(demo):
     from serve.demo import QUESTIONS
 
     assert {q for questions in QUESTIONS.values() for q in questions} == set(DEMO_ANSWERS)
-    config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path))
-    service = IndexService(config.index, tmp_path, embedder=minilm).start()
-    for tenant in QUESTIONS:
-        files, _ = discover([CORPUS / tenant])
-        list(service.pipeline(tenant).ingest(files))
-    generator, run = engine
-
-    asks = [(tenant, q) for tenant, questions in QUESTIONS.items() for q in questions]
-    pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
-    answers = run(ask_at_once(pipeline, asks, max_tokens=160))  # as serve/demo.py asks
-    service.close()
+    config, _, answers = demo
     for question, expected in DEMO_ANSWERS.items():
         answer = answers[question]
         if expected is None:
