@@ -52,12 +52,12 @@ def _run_the_model_in_the_engine_core() -> None:
     moves it to a worker process of its own unless VLLM_ENABLE_V1_MULTIPROCESSING is 0: one
     more process that imports the whole of vLLM and waits on a spinning shared-memory queue.
     The appliance's generator replica has always run with it 0; so now does every other
-    engine (`grounded ask`, eval, benchmarks, tests). qwen2.5-1.5b's engine and MiniLM (the
-    fixtures of tests/integration/test_default_model.py) took 36-39 s and 28-31 CPU-s against
-    48-49 s and 39, and the engine answered as fast: four questions in turn in 43.6 and 44.9 s
-    against 47.4 and 45.0, at once in 19.4 and 19.6 s against 18.4 and 20.2
-    (`python -m benchmarks.experiments.engine_cores`; 2 cores, 2026-12-06). AsyncLLM keeps the
-    engine core in a process of its own either way, as it does several GPUs' workers."""
+    engine (`grounded ask`, eval, benchmarks, tests). One `grounded ask` with configs/cpu.yaml
+    (qwen2.5-1.5b) took 43.9-44.3 s and 55-56 CPU-s against 55.3-56.7 s and 71-72, and the
+    engine answered as fast: four questions in turn in 43.6 and 44.9 s against 47.4 and 45.0,
+    at once in 19.4 and 19.6 s against 18.4 and 20.2 (`python -m
+    benchmarks.experiments.engine_cores`; 2 cores, 2026-12-06). AsyncLLM keeps the engine
+    core in a process of its own either way, as it does several GPUs' workers."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
