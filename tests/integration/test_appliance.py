@@ -74,6 +74,16 @@ def test_models_list(appliance):
     assert kinds[0] == ("grounded", "chat") and [k for _, k in kinds] == ["chat", "embedding"]
 
 
+def test_the_generator_replica_runs_the_model_in_its_engine_core(appliance):
+    """VllmGenerator sets VLLM_ENABLE_V1_MULTIPROCESSING=0 in the replica as anywhere else
+    (serve/generator.py): no VLLM::Worker process under the engine core."""
+    import psutil
+
+    names = [p.name() for p in psutil.Process().children(recursive=True)]  # Ray's, under us
+    assert "VLLM::EngineCore" in names, names
+    assert not [name for name in names if name.startswith("VLLM::Worker")], names
+
+
 def test_upload_returns_file_objects_and_lists_them(appliance, uploaded):
     files = client(appliance, "acme").files.list()
     names = {f.filename for f in files.data}
