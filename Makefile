@@ -75,8 +75,8 @@ $(JS)/node_modules/.installed: $(JS)/package-lock.json $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" npm ci --prefix $(JS) --no-audit --no-fund
 	touch $@
 
-# Two pytest-xdist workers, each with its own Ray: on 2 cores 12 to 14 min here as the host's
-# load varies (pytest 11 min 41 s to 14 min 8 s on 2026-12-06; three workers took as long).
+# Two pytest-xdist workers, each with its own Ray: on 2 cores 11 to 14 min here as the host's
+# load varies (pytest 10 min 48 s to 14 min 8 s on 2026-12-06; three workers took as long).
 # Appliance start-ups are CPU-bound, so workers overlap only their waits. Units of work:
 # tests/conftest.py; their order: tests/integration/conftest.py. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
