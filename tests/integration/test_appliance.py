@@ -20,7 +20,7 @@ import pytest
 from index.loaders.ocr import OCR_MARK
 from serve.keys import KeyStore
 from tests.appliances import MINUTE_BUDGET, free_port
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, assert_the_model_runs_in_the_engine_core
 from tests.documents import format_files, scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,13 +75,7 @@ def test_models_list(appliance):
 
 
 def test_the_generator_replica_runs_the_model_in_its_engine_core(appliance):
-    """VllmGenerator sets VLLM_ENABLE_V1_MULTIPROCESSING=0 in the replica as anywhere else
-    (serve/generator.py): no VLLM::Worker process under the engine core."""
-    import psutil
-
-    names = [p.name() for p in psutil.Process().children(recursive=True)]  # Ray's, under us
-    assert "VLLM::EngineCore" in names, names
-    assert not [name for name in names if name.startswith("VLLM::Worker")], names
+    assert_the_model_runs_in_the_engine_core()  # the replica's engine, under this process's Ray
 
 
 def test_upload_returns_file_objects_and_lists_them(appliance, uploaded):

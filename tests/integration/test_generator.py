@@ -15,7 +15,7 @@ from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
 from serve.query.rerankers import GeneratorReranker
 from serve.query.retrieval import LocalSearcher
-from tests.conftest import CORPUS, VLLM_CACHE, rpc_folder
+from tests.conftest import CORPUS, VLLM_CACHE, assert_the_model_runs_in_the_engine_core, rpc_folder
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -77,13 +77,7 @@ def test_stream_yields_deltas_and_usage(generator, loop):
 
 
 def test_the_engine_core_runs_the_model_without_a_worker_process(generator):
-    """On CPU vLLM would run the model in a VLLM::Worker process under the engine core, unless
-    VLLM_ENABLE_V1_MULTIPROCESSING is 0, which VllmGenerator sets (serve/generator.py)."""
-    import psutil
-
-    names = [p.name() for p in psutil.Process().children(recursive=True)]
-    assert "VLLM::EngineCore" in names, names
-    assert not [name for name in names if name.startswith("VLLM::Worker")], names
+    assert_the_model_runs_in_the_engine_core()
 
 
 def test_a_stream_asked_for_logprobs_gives_one_per_token(generator, loop):
