@@ -10,6 +10,7 @@ from benchmarks.routing import (
     answers_agree,
     choose_check,
     choose_logistic,
+    paired_interval,
     policy_outcome,
     with_confidence,
     with_sample,
@@ -136,3 +137,19 @@ def test_the_likelihood_joins_only_the_same_answer_and_cascades_under_its_thresh
     policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
     assert policy_outcome(small, large, {**policy, "min_likely": -4.0})[2] == "small"
     assert policy_outcome(small, large, {**policy, "min_likely": -3.0})[2] == "cascade"
+
+
+def test_the_paired_interval_brackets_the_difference_to_always_large():
+    def row(language: str, small_right: bool, large_right: bool) -> tuple[dict, dict]:
+        small = {"scores": [5.0], "answerable": True, "question": "How many days of leave?",
+                 "matched": small_right, "abstained": False, "support": 0.9,
+                 "language": language, "timings": {"generate": 1.0}}  # fmt: skip
+        return small, {**small, "matched": large_right}
+
+    small_only = {"cascade": False, "small_support": LARGE_SUPPORT, "compares": False}
+    level = [row(language, True, True) for language in ("en", "fr") for _ in range(10)]
+    assert paired_interval(level, small_only, draws=200) == (0.0, 0.0)
+    # English: the small model wrong on 5 of 10 where the large one is right; French: level
+    worse = [row("en", i >= 5, True) for i in range(10)] + level[10:]
+    low, high = paired_interval(worse, small_only, draws=2000)
+    assert -0.5 <= low < -0.25 < high <= 0.0  # the mean of the two languages' differences
