@@ -43,7 +43,14 @@ from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
 ROOT = Path(__file__).resolve().parent.parent
-SETS = {language: ROOT / f"benchmarks/eval/human-{language}.jsonl" for language in ("en", "fr")}
+
+
+def question_set(name: str, language: str) -> Path:
+    """benchmarks/eval/<name>-<language>.jsonl: the human-written sets are "human"."""
+    return ROOT / f"benchmarks/eval/{name}-{language}.jsonl"
+
+
+SETS = {language: question_set("human", language) for language in ("en", "fr")}
 TENANTS = {"en": "wiki-en", "fr": "wiki-fr"}
 
 
@@ -80,7 +87,7 @@ async def collect(args: argparse.Namespace) -> None:
     todo = [
         (language, q)
         for language in args.languages.split(",")
-        for q in load_questions(SETS[language])
+        for q in load_questions(question_set(args.set, language))
         if q.id not in done and (q.split == "test" or not args.dev_every
                                  or int(q.id.rsplit("-", 1)[1]) % args.dev_every == 0)
     ]  # fmt: skip
@@ -273,6 +280,10 @@ async def timing(args: argparse.Namespace) -> None:
 # --- what always-small, always-large, routed and routed + cascade answer ----------------
 
 LARGE_SUPPORT = 0.65  # configs/cpu.yaml's min_answer_support, chosen for qwen2.5-1.5b
+# The shipped example (docs/configuration.md, "Several models") as a policy of this report
+SHIPPED = {"max_passages": 3, "max_words": 20, "compares": False, "large_checks": True,
+           "min_check": 0.75, "quote_figures": True, "cascade": True,
+           "small_support": LARGE_SUPPORT}  # fmt: skip
 GRID = {
     "min_top_score": (None, 0.0, 2.0, 4.0, 6.0),
     "min_margin": (None, 0.5, 1.0, 2.0),
@@ -719,6 +730,37 @@ def report(args: argparse.Namespace) -> None:
               f"{dict(sorted(wrong.items()))}")  # fmt: skip
 
 
+def apply(args: argparse.Namespace) -> None:
+    """A policy fixed beforehand (the shipped example unless --policy) on every question of
+    the runs, against always-large and the oracle: for a held-out set that chose nothing.
+    ``args.checked``: the small model's run with --checker (the large) and --logprobs."""
+    checked, large = read_runs(args.checked, args.large)
+    rows = with_confidence(checked, checked)
+    policy = {**SHIPPED, **json.loads(args.policy)}
+    pairs = [(rows[i], large[i]) for i in sorted(set(rows) & set(large))]
+    never = {"compares": False, "cascade": False, "small_support": LARGE_SUPPORT}
+    policies = {"always large": {**never, "always_large": True},
+                "oracle (the ceiling)": {**never, "oracle": True},
+                "the policy": policy}  # fmt: skip
+    print(f"{len(pairs)} questions; the policy: {policy}")
+    print("| policy | en | fr | mean | large share | cascade share | generator s p50 | mean |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, chosen in policies.items():
+        m = evaluate(pairs, chosen)
+        print(f"| {label} | {m['accuracy'].get('en', 0):.3f} | {m['accuracy'].get('fr', 0):.3f}"
+              f" | {m['mean_accuracy']:.3f} | {m['large_share']:.2f} | {m['cascade_share']:.2f}"
+              f" | {m['seconds_p50']:.2f} | {m['seconds_mean']:.2f} |")  # fmt: skip
+    low, high = paired_interval(pairs, policy)
+    print(f"the policy's mean minus always large's, 95 % paired bootstrap interval: "
+          f"{100 * low:+.1f} to {100 * high:+.1f} points")  # fmt: skip
+    outcomes = [(s, lg, policy_outcome(s, lg, policy)) for s, lg in pairs]
+    cascaded = [(s, lg) for s, lg, (_, _, who) in outcomes if who == "cascade"]
+    recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, LARGE_SUPPORT) for s, lg in cascaded)
+    wrong = Counter(who for _, _, (ok, _, who) in outcomes if not ok)
+    print(f"{len(cascaded)} cascades, {recovered} of them turned a wrong small answer right; "
+          f"wrong answers by who wrote them: {dict(sorted(wrong.items()))}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -729,6 +771,8 @@ def main() -> None:
     run.add_argument("--temperature", type=float, help="the model's answers sampled at it")
     run.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     run.add_argument("--languages", default="en,fr")
+    run.add_argument("--set", default="human",
+                     help="the questions: benchmarks/eval/<set>-<language>.jsonl")  # fmt: skip
     run.add_argument("--concurrency", type=int, default=4)
     run.add_argument("--logprobs", action="store_true",
                      help="keep the small model's answer tokens' log-probabilities")  # fmt: skip
@@ -747,6 +791,10 @@ def main() -> None:
         default=0.5,
         help="the most of the generated questions the large model may answer",
     )
+    fixed = commands.add_parser("apply")
+    fixed.add_argument("checked", help="the small model's run with --checker and --logprobs")
+    fixed.add_argument("large")
+    fixed.add_argument("--policy", default="{}", help="changes to SHIPPED, as JSON")
     timed = commands.add_parser("timing")
     timed.add_argument("--model", default="qwen2.5-0.5b")
     timed.add_argument("--large", default="qwen2.5-1.5b")
@@ -759,6 +807,8 @@ def main() -> None:
         asyncio.run(collect(args))
     elif args.command == "timing":
         asyncio.run(timing(args))
+    elif args.command == "apply":
+        apply(args)
     else:
         report(args)
 

@@ -8,6 +8,7 @@ import pytest
 from benchmarks.routing import (
     LARGE_SUPPORT,
     answers_agree,
+    apply,
     choose_check,
     choose_logistic,
     paired_interval,
@@ -153,3 +154,32 @@ def test_the_paired_interval_brackets_the_difference_to_always_large():
     worse = [row("en", i >= 5, True) for i in range(10)] + level[10:]
     low, high = paired_interval(worse, small_only, draws=2000)
     assert -0.5 <= low < -0.25 < high <= 0.0  # the mean of the two languages' differences
+
+
+def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys):
+    """The shipped example on two questions: a well-checked right small answer stands; a
+    small answer whose figures are none of its quote's cascades to the large model's."""
+    import argparse
+    import json
+
+    def reply(quote: str, answer: str) -> list:
+        return [[json.dumps({"source": 1, "quote": quote, "answer": answer}), [-0.1]]]
+
+    base = {"scores": [5.0], "answerable": True, "abstained": False, "support": 0.95,
+            "language": "en", "split": "test", "timings": {"generate": 1.0}}  # fmt: skip
+    checked = [
+        {**base, "id": "q1", "question": "How many days of leave?", "matched": True,
+         "answer": "27 days [1]", "tokens": reply("Leave is 27 days.", "27 days")},
+        {**base, "id": "q2", "question": "What does parking cost?", "matched": False,
+         "answer": "39 euros [1]", "tokens": reply("Parking costs 52 euros.", "39 euros")},
+    ]  # fmt: skip
+    large = [{**row, "matched": True, "timings": {"generate": 3.0}} for row in checked]
+    paths = []
+    for name, rows in (("checked", checked), ("large", large)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    apply(argparse.Namespace(checked=str(paths[0]), large=str(paths[1]), policy="{}"))
+    shown = capsys.readouterr().out
+    assert "| always large | 1.000 |" in shown and "| the policy | 1.000 |" in shown
+    assert "| 0.50 | 0.50 |" in shown  # the large model wrote one answer of two, by cascade
+    assert "1 cascades, 1 of them turned a wrong small answer right" in shown
