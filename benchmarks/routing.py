@@ -105,8 +105,7 @@ async def collect(args: argparse.Namespace) -> None:
                 "checker": args.checker or args.model,
                 "scores": [s.hit.rerank_score for s in answer.sources],
                 "abstained": answer.abstained,
-                "matched": bool(q.answer_contains) and not answer.abstained
-                and answer_matches(answer.text, q.answer_contains),
+                "matched": matches(q, answer.text, answer.abstained),
                 "support": answer.answer_support, "answer": answer.text,
                 "timings": answer.timings, "wall": time.perf_counter() - started,
                 "prompt_tokens": answer.usage.prompt_tokens,
@@ -122,6 +121,25 @@ async def collect(args: argparse.Namespace) -> None:
     finally:
         for engine in engines.values():
             engine.shutdown()
+
+
+def matches(question, answer: str, abstained: bool) -> bool:
+    """An answer to an answerable ``question`` (an EvalQuestion) contains an expected string."""
+    return (
+        bool(question.answer_contains)
+        and not abstained
+        and answer_matches(answer, question.answer_contains)
+    )
+
+
+def rescored(rows: dict[str, dict], name: str) -> dict[str, dict]:
+    """``rows`` scored again against question set ``name`` (its labels as they are now), the
+    questions it no longer holds left out."""
+    questions = {q.id: q for language in TENANTS
+                 for q in load_questions(question_set(name, language))}  # fmt: skip
+    return {i: {**row, "answerable": questions[i].answerable,
+                "matched": matches(questions[i], row["answer"], row["abstained"])}
+            for i, row in rows.items() if i in questions}  # fmt: skip
 
 
 async def small_reply(pipeline, tenant: str, question: str):
@@ -735,6 +753,8 @@ def apply(args: argparse.Namespace) -> None:
     the runs, against always-large and the oracle: for a held-out set that chose nothing.
     ``args.checked``: the small model's run with --checker (the large) and --logprobs."""
     checked, large = read_runs(args.checked, args.large)
+    if args.set:
+        checked, large = rescored(checked, args.set), rescored(large, args.set)
     rows = with_confidence(checked, checked)
     policy = {**SHIPPED, **json.loads(args.policy)}
     pairs = [(rows[i], large[i]) for i in sorted(set(rows) & set(large))]
@@ -795,6 +815,7 @@ def main() -> None:
     fixed.add_argument("checked", help="the small model's run with --checker and --logprobs")
     fixed.add_argument("large")
     fixed.add_argument("--policy", default="{}", help="changes to SHIPPED, as JSON")
+    fixed.add_argument("--set", help="score the answers again against this question set")
     timed = commands.add_parser("timing")
     timed.add_argument("--model", default="qwen2.5-0.5b")
     timed.add_argument("--large", default="qwen2.5-1.5b")
