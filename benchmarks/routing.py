@@ -133,13 +133,18 @@ def matches(question, answer: str, abstained: bool) -> bool:
 
 
 def rescored(rows: dict[str, dict], name: str) -> dict[str, dict]:
-    """``rows`` scored again against question set ``name`` (its labels as they are now), the
-    questions it no longer holds left out."""
+    """``rows`` of question set ``name`` (ids "<name>-...") scored again against its labels as
+    they are now, those it no longer holds left out; rows of other sets as recorded."""
     questions = {q.id: q for language in TENANTS
                  for q in load_questions(question_set(name, language))}  # fmt: skip
-    return {i: {**row, "answerable": questions[i].answerable,
-                "matched": matches(questions[i], row["answer"], row["abstained"])}
-            for i, row in rows.items() if i in questions}  # fmt: skip
+    out = {}
+    for i, row in rows.items():
+        if not i.startswith(f"{name}-"):
+            out[i] = row
+        elif i in questions:
+            matched = matches(questions[i], row["answer"], row["abstained"])
+            out[i] = {**row, "answerable": questions[i].answerable, "matched": matched}
+    return out
 
 
 async def small_reply(pipeline, tenant: str, question: str):
@@ -302,6 +307,7 @@ LARGE_SUPPORT = 0.65  # configs/cpu.yaml's min_answer_support, chosen for qwen2.
 SHIPPED = {"max_passages": 3, "max_words": 20, "compares": False, "large_checks": True,
            "min_check": 0.75, "quote_figures": True, "cascade": True,
            "small_support": LARGE_SUPPORT}  # fmt: skip
+ALWAYS_LARGE = {"compares": False, "cascade": False, "always_large": True, "small_support": 0.0}
 GRID = {
     "min_top_score": (None, 0.0, 2.0, 4.0, 6.0),
     "min_margin": (None, 0.5, 1.0, 2.0),
@@ -426,6 +432,32 @@ def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
     }
 
 
+def table_row(label: str, measured: dict) -> str:
+    """One policy's line of the report's tables (evaluate's figures)."""
+    m, accuracy = measured, measured["accuracy"]
+    return (f"| {label} | {accuracy.get('en', 0):.3f} | {accuracy.get('fr', 0):.3f} | "
+            f"{m['mean_accuracy']:.3f} | {m['large_share']:.2f} | {m['cascade_share']:.2f} | "
+            f"{m['seconds_p50']:.2f} | {m['seconds_mean']:.2f} |")  # fmt: skip
+
+
+TABLE_HEAD = ("| policy | en | fr | mean | large share | cascade share | generator s p50 | mean |"
+              "\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+
+
+def what_cascades_did(pairs: list[tuple[dict, dict]], policy: dict) -> str:
+    """How many cascades ``policy`` makes on ``pairs``, what they recover and lose, and who
+    wrote the wrong answers."""
+    support = policy["small_support"]
+    outcomes = [(s, lg, policy_outcome(s, lg, policy)) for s, lg in pairs]
+    cascaded = [(s, lg) for s, lg, (_, _, who) in outcomes if who == "cascade"]
+    recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
+    lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
+    wrong = Counter(who for _, _, (ok, _, who) in outcomes if not ok)
+    return (f"{len(cascaded)} cascades; the large model right where the small one was not: "
+            f"{recovered}; the reverse: {lost}; wrong answers by who wrote them: "
+            f"{dict(sorted(wrong.items()))}")  # fmt: skip
+
+
 def paired_interval(
     pairs: list[tuple[dict, dict]], policy: dict, draws: int = 5000, seed: int = 0
 ) -> tuple[float, float]:
@@ -435,10 +467,9 @@ def paired_interval(
     questions can be from the sets' size alone."""
     import random
 
-    large = {"compares": False, "cascade": False, "always_large": True, "small_support": 0.0}
     scored = {}
     for small, big in pairs:
-        diff = policy_outcome(small, big, policy)[0] - policy_outcome(small, big, large)[0]
+        diff = policy_outcome(small, big, policy)[0] - policy_outcome(small, big, ALWAYS_LARGE)[0]
         scored.setdefault(small["language"], []).append(diff)
     draw = random.Random(seed)
     means = sorted(
@@ -636,7 +667,7 @@ def report(args: argparse.Namespace) -> None:
     never = {"compares": False, "cascade": False}
     policies = {
         "always small": (small, {**never, "small_support": cascading["small_support"]}),
-        "always large": (small, {**never, "always_large": True, "small_support": 0.0}),
+        "always large": (small, ALWAYS_LARGE),
         "oracle (the ceiling)": (
             small,
             {**never, "oracle": True, "small_support": cascading["small_support"]},
@@ -721,64 +752,43 @@ def report(args: argparse.Namespace) -> None:
         if label.startswith("routed"):
             print(f"  {label}: {policy}")
     for name in ("dev", "test"):
-        print(f"\n{name} | en | fr | mean | large share | cascade share | generator s p50 | mean")
+        print(f"\n{name}\n{TABLE_HEAD}")
         for label, (smalls, policy) in policies.items():
-            m = evaluate(pairs(smalls, name), policy)
-            print(
-                f"{label} | {m['accuracy'].get('en', 0):.3f} | {m['accuracy'].get('fr', 0):.3f}"
-                f" | {m['mean_accuracy']:.3f} | {m['large_share']:.2f} | "
-                f"{m['cascade_share']:.2f} | {m['seconds_p50']:.2f} | {m['seconds_mean']:.2f}"
-            )
+            print(table_row(label, evaluate(pairs(smalls, name), policy)))
     print("\ntest, the mean's difference to always large, 95 % paired bootstrap interval:")
     for label, (smalls, policy) in policies.items():
         if label not in ("always large", "oracle (the ceiling)"):
             low, high = paired_interval(pairs(smalls, "test"), policy)
             print(f"  {label}: {100 * low:+.1f} to {100 * high:+.1f} points")
     for label, (smalls, policy) in policies.items():
-        if not policy.get("cascade"):
-            continue
-        support = policy["small_support"]
-        outcomes = [(s, lg, policy_outcome(s, lg, policy)) for s, lg in pairs(smalls, "test")]
-        cascaded = [(s, lg) for s, lg, (_, _, who) in outcomes if who == "cascade"]
-        recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, support) for s, lg in cascaded)
-        lost = sum(right(s, support) and not right(lg, LARGE_SUPPORT) for s, lg in cascaded)
-        wrong = Counter(who for _, _, (ok, _, who) in outcomes if not ok)
-        print(f"test, {label}: {len(cascaded)} cascades; the large model right where the small "
-              f"one was not: {recovered}; the reverse: {lost}; wrong answers by who wrote them: "
-              f"{dict(sorted(wrong.items()))}")  # fmt: skip
+        if policy.get("cascade"):
+            print(f"test, {label}: {what_cascades_did(pairs(smalls, 'test'), policy)}")
 
 
 def apply(args: argparse.Namespace) -> None:
     """A policy fixed beforehand (the shipped example unless --policy) on every question of
-    the runs, against always-large and the oracle: for a held-out set that chose nothing.
-    ``args.checked``: the small model's run with --checker (the large) and --logprobs."""
-    checked, large = read_runs(args.checked, args.large)
-    if args.set:
-        checked, large = rescored(checked, args.set), rescored(large, args.set)
-    rows = with_confidence(checked, checked)
+    the runs (of ``args.split`` if given), against always-large and the oracle: for a held-out
+    set that chose nothing. Each of ``args.runs``: "CHECKED,LARGE[,REPLIES]", the small
+    model's run with --checker (the large), the large model's, and the small model's run with
+    --logprobs (its raw replies, for quote_figures; CHECKED itself if it was made with it)."""
+    pairs = []
+    for run in args.runs:
+        checked, large, *replies = read_runs(*run.split(","))
+        if args.set:
+            checked, large = rescored(checked, args.set), rescored(large, args.set)
+        rows = with_confidence(checked, replies[0] if replies else checked)
+        pairs += [(rows[i], large[i]) for i in sorted(set(rows) & set(large))
+                  if args.split in (None, rows[i]["split"])]  # fmt: skip
     policy = {**SHIPPED, **json.loads(args.policy)}
-    pairs = [(rows[i], large[i]) for i in sorted(set(rows) & set(large))]
-    never = {"compares": False, "cascade": False, "small_support": LARGE_SUPPORT}
-    policies = {"always large": {**never, "always_large": True},
-                "oracle (the ceiling)": {**never, "oracle": True},
-                "the policy": policy}  # fmt: skip
-    print(f"{len(pairs)} questions; the policy: {policy}")
-    print("| policy | en | fr | mean | large share | cascade share | generator s p50 | mean |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, chosen in policies.items():
-        m = evaluate(pairs, chosen)
-        print(f"| {label} | {m['accuracy'].get('en', 0):.3f} | {m['accuracy'].get('fr', 0):.3f}"
-              f" | {m['mean_accuracy']:.3f} | {m['large_share']:.2f} | {m['cascade_share']:.2f}"
-              f" | {m['seconds_p50']:.2f} | {m['seconds_mean']:.2f} |")  # fmt: skip
+    oracle = {"compares": False, "cascade": False, "oracle": True, "small_support": LARGE_SUPPORT}
+    print(f"{len(pairs)} questions; the policy: {policy}\n{TABLE_HEAD}")
+    for label, chosen in (("always large", ALWAYS_LARGE), ("oracle (the ceiling)", oracle),
+                          ("the policy", policy)):  # fmt: skip
+        print(table_row(label, evaluate(pairs, chosen)))
     low, high = paired_interval(pairs, policy)
     print(f"the policy's mean minus always large's, 95 % paired bootstrap interval: "
           f"{100 * low:+.1f} to {100 * high:+.1f} points")  # fmt: skip
-    outcomes = [(s, lg, policy_outcome(s, lg, policy)) for s, lg in pairs]
-    cascaded = [(s, lg) for s, lg, (_, _, who) in outcomes if who == "cascade"]
-    recovered = sum(right(lg, LARGE_SUPPORT) and not right(s, LARGE_SUPPORT) for s, lg in cascaded)
-    wrong = Counter(who for _, _, (ok, _, who) in outcomes if not ok)
-    print(f"{len(cascaded)} cascades, {recovered} of them turned a wrong small answer right; "
-          f"wrong answers by who wrote them: {dict(sorted(wrong.items()))}")  # fmt: skip
+    print(what_cascades_did(pairs, policy))
 
 
 def main() -> None:
@@ -812,8 +822,8 @@ def main() -> None:
         help="the most of the generated questions the large model may answer",
     )
     fixed = commands.add_parser("apply")
-    fixed.add_argument("checked", help="the small model's run with --checker and --logprobs")
-    fixed.add_argument("large")
+    fixed.add_argument("runs", nargs="+", help="CHECKED,LARGE[,REPLIES] (see apply)")
+    fixed.add_argument("--split", help="only the questions of this split (dev or test)")
     fixed.add_argument("--policy", default="{}", help="changes to SHIPPED, as JSON")
     fixed.add_argument("--set", help="score the answers again against this question set")
     timed = commands.add_parser("timing")

@@ -178,11 +178,11 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
     for name, rows in (("checked", checked), ("large", large)):
         paths.append(tmp_path / f"{name}.jsonl")
         paths[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    apply(argparse.Namespace(checked=str(paths[0]), large=str(paths[1]), policy="{}", set=None))
+    apply(argparse.Namespace(runs=[f"{paths[0]},{paths[1]}"], policy="{}", set=None, split=None))
     shown = capsys.readouterr().out
     assert "| always large | 1.000 |" in shown and "| the policy | 1.000 |" in shown
     assert "| 0.50 | 0.50 |" in shown  # the large model wrote one answer of two, by cascade
-    assert "1 cascades, 1 of them turned a wrong small answer right" in shown
+    assert "1 cascades; the large model right where the small one was not: 1;" in shown
 
 
 def test_rescored_reads_the_sets_labels_as_they_are_now(tmp_path, monkeypatch):
@@ -190,22 +190,22 @@ def test_rescored_reads_the_sets_labels_as_they_are_now(tmp_path, monkeypatch):
 
     import benchmarks.routing as routing
 
-    sets = {"en": [{"id": "q1", "question": "How many days of leave?", "answer_contains": ["27"],
-                    "relevant_files": ["handbook.md"]},
-                   {"id": "q2", "question": "Who is the mayor?", "answerable": False}],
-            "fr": []}  # fmt: skip
-    for language, questions in sets.items():
-        lines = [json.dumps(q) for q in questions] or [json.dumps({"id": "other", "question": "?"})]
-        (tmp_path / f"new-{language}.jsonl").write_text("\n".join(lines))
+    leave = {"id": "new-1", "question": "How many days of leave?", "answer_contains": ["27"],
+             "relevant_files": ["handbook.md"]}  # fmt: skip
+    mayor = {"id": "new-2", "question": "Who is the mayor?", "answerable": False}
+    (tmp_path / "new-en.jsonl").write_text(f"{json.dumps(leave)}\n{json.dumps(mayor)}")
+    (tmp_path / "new-fr.jsonl").write_text(json.dumps({"id": "new-fr", "question": "?"}))
     monkeypatch.setattr(
         routing, "question_set", lambda name, lang: tmp_path / f"{name}-{lang}.jsonl"
     )
-    recorded = {"q1": {"answer": "27 days [1]", "abstained": False, "answerable": False,
-                       "matched": False},
-                "q2": {"answer": "Not found.", "abstained": True, "answerable": True,
-                       "matched": False},
-                "q3": {"answer": "dropped", "abstained": False}}  # fmt: skip
+    recorded = {"new-1": {"answer": "27 days [1]", "abstained": False, "answerable": False,
+                          "matched": False},
+                "new-2": {"answer": "Not found.", "abstained": True, "answerable": True,
+                          "matched": False},
+                "new-3": {"answer": "dropped since", "abstained": False},
+                "human-en-001": {"answer": "of another set", "matched": True}}  # fmt: skip
     rows = routing.rescored(recorded, "new")
-    assert set(rows) == {"q1", "q2"}  # q3: no longer in the set
-    assert rows["q1"]["answerable"] and rows["q1"]["matched"]
-    assert not rows["q2"]["answerable"] and not rows["q2"]["matched"]
+    assert set(rows) == {"new-1", "new-2", "human-en-001"}  # new-3: no longer in the set
+    assert rows["new-1"]["answerable"] and rows["new-1"]["matched"]
+    assert not rows["new-2"]["answerable"] and not rows["new-2"]["matched"]
+    assert rows["human-en-001"] == recorded["human-en-001"]  # another set's, as recorded
