@@ -209,3 +209,23 @@ def test_rescored_reads_the_sets_labels_as_they_are_now(tmp_path, monkeypatch):
     assert rows["new-1"]["answerable"] and rows["new-1"]["matched"]
     assert not rows["new-2"]["answerable"] and not rows["new-2"]["matched"]
     assert rows["human-en-001"] == recorded["human-en-001"]  # another set's, as recorded
+
+
+def test_the_benchmarks_shipped_policy_is_the_documented_example():
+    """benchmarks/routing.py's SHIPPED (what `apply` reads by default) is docs/configuration.md's
+    "Several models" route, and the small answers' check threshold is configs/cpu.yaml's."""
+    import re
+
+    import yaml
+
+    from benchmarks.routing import SHIPPED
+    from tests.conftest import REPO
+
+    section = (REPO / "docs/configuration.md").read_text().split("## Several models", 1)[1]
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    route = example["generator"]["route"]
+    assert {k: v for k, v in SHIPPED.items() if k in route} == route
+    assert set(SHIPPED) - set(route) <= {"cascade", "small_support"}
+    assert SHIPPED["cascade"] is route.get("cascade", True)  # on by default
+    cpu = yaml.safe_load((REPO / "configs/cpu.yaml").read_text())
+    assert SHIPPED["small_support"] == cpu["query"]["min_answer_support"]
