@@ -39,6 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from benchmarks.retrieval_quality import CACHE
+from index.errors import InvalidRequestError
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
 
@@ -791,6 +792,19 @@ def apply(args: argparse.Namespace) -> None:
     print(what_cascades_did(pairs, policy))
 
 
+def run_files(spec: str) -> str:
+    """An ``apply`` run, "CHECKED,LARGE[,REPLIES]": two or three files that exist."""
+    paths = spec.split(",")
+    if len(paths) not in (2, 3):
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: give CHECKED,LARGE or CHECKED,LARGE,REPLIES (comma-separated files)"
+        )
+    missing = [path for path in paths if not Path(path).is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(f"no such run file: {', '.join(missing)}")
+    return spec
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -822,7 +836,9 @@ def main() -> None:
         help="the most of the generated questions the large model may answer",
     )
     fixed = commands.add_parser("apply")
-    fixed.add_argument("runs", nargs="+", help="CHECKED,LARGE[,REPLIES] (see apply)")
+    fixed.add_argument(
+        "runs", nargs="+", type=run_files, help="CHECKED,LARGE[,REPLIES] (see apply)"
+    )
     fixed.add_argument("--split", help="only the questions of this split (dev or test)")
     fixed.add_argument("--policy", default="{}", help="changes to SHIPPED, as JSON")
     fixed.add_argument("--set", help="score the answers again against this question set")
@@ -834,14 +850,17 @@ def main() -> None:
     timed.add_argument("--questions", type=int, default=24)
     timed.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     args = parser.parse_args()
-    if args.command == "collect":
-        asyncio.run(collect(args))
-    elif args.command == "timing":
-        asyncio.run(timing(args))
-    elif args.command == "apply":
-        apply(args)
-    else:
-        report(args)
+    try:
+        if args.command == "collect":
+            asyncio.run(collect(args))
+        elif args.command == "timing":
+            asyncio.run(timing(args))
+        elif args.command == "apply":
+            apply(args)
+        else:
+            report(args)
+    except InvalidRequestError as exc:  # a question set that is missing or malformed
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":
