@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import statistics
 import time
@@ -466,8 +467,6 @@ def paired_interval(
     paired bootstrap: each draw resamples each language's questions with replacement and
     scores both policies on the same ones, so that it shows how far a difference of a few
     questions can be from the sets' size alone."""
-    import random
-
     scored = {}
     for small, big in pairs:
         diff = policy_outcome(small, big, policy)[0] - policy_outcome(small, big, ALWAYS_LARGE)[0]
@@ -780,7 +779,7 @@ def apply(args: argparse.Namespace) -> None:
         rows = with_confidence(checked, replies[0] if replies else checked)
         pairs += [(rows[i], large[i]) for i in sorted(set(rows) & set(large))
                   if args.split in (None, rows[i]["split"])]  # fmt: skip
-    policy = {**SHIPPED, **json.loads(args.policy)}
+    policy = {**SHIPPED, **args.policy}
     oracle = {"compares": False, "cascade": False, "oracle": True, "small_support": LARGE_SUPPORT}
     print(f"{len(pairs)} questions; the policy: {policy}\n{TABLE_HEAD}")
     for label, chosen in (("always large", ALWAYS_LARGE), ("oracle (the ceiling)", oracle),
@@ -803,6 +802,19 @@ def run_files(spec: str) -> str:
     if missing:
         raise argparse.ArgumentTypeError(f"no such run file: {', '.join(missing)}")
     return spec
+
+
+def policy_changes(text: str) -> dict:
+    """``apply --policy``: a JSON object of the policy's keys (SHIPPED's, GRID's, ...)."""
+    try:
+        changes = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
+    if not isinstance(changes, dict):
+        raise argparse.ArgumentTypeError(
+            f'give a JSON object such as {{"min_check": 0.8}}: {text!r}'
+        )
+    return changes
 
 
 def main() -> None:
@@ -840,7 +852,9 @@ def main() -> None:
         "runs", nargs="+", type=run_files, help="CHECKED,LARGE[,REPLIES] (see apply)"
     )
     fixed.add_argument("--split", help="only the questions of this split (dev or test)")
-    fixed.add_argument("--policy", default="{}", help="changes to SHIPPED, as JSON")
+    fixed.add_argument(
+        "--policy", type=policy_changes, default={}, help="changes to SHIPPED, as JSON"
+    )
     fixed.add_argument("--set", help="score the answers again against this question set")
     timed = commands.add_parser("timing")
     timed.add_argument("--model", default="qwen2.5-0.5b")

@@ -178,7 +178,7 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
     for name, rows in (("checked", checked), ("large", large)):
         paths.append(tmp_path / f"{name}.jsonl")
         paths[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    apply(argparse.Namespace(runs=[f"{paths[0]},{paths[1]}"], policy="{}", set=None, split=None))
+    apply(argparse.Namespace(runs=[f"{paths[0]},{paths[1]}"], policy={}, set=None, split=None))
     shown = capsys.readouterr().out
     assert "| always large | 1.000 |" in shown and "| the policy | 1.000 |" in shown
     assert "| 0.50 | 0.50 |" in shown  # the large model wrote one answer of two, by cascade
