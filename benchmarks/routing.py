@@ -353,13 +353,13 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
         if right(small, policy["small_support"]):
             return True, seconds(small), "small"
         return right(large, LARGE_SUPPORT), seconds(large), "large"
-    if policy.get("always_large") or hard_because(
-        RouteSignals.of(small["question"], small["scores"]), route
-    ):
+    signals = RouteSignals.of(small["question"], small["scores"])
+    if policy.get("always_large") or hard_because(signals, route):
         return right(large, LARGE_SUPPORT), seconds(large), "large"
     support = policy["small_support"]
     if route.cascade and (
-        withheld(small, support)
+        (small["abstained"] and not below(signals.top_score, route.not_found_min_score))
+        or below(small["support"], support)
         or below(small["support"], policy.get("min_check"))
         or below(small.get("confidence"), policy.get("min_confidence"))
         or below(small.get("likely"), policy.get("min_likely"))

@@ -307,7 +307,7 @@ class QueryPipeline:
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
         usage = attempt.usage({}, self.checkers.get(attempt.model, attempt.model))
-        if self._cascades(route, attempt, live):
+        if self._cascades(route, attempt, live, hits):
             cascading = time.perf_counter()
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
@@ -376,16 +376,22 @@ class QueryPipeline:
         return (self.route_config.cascade and route.decision == "routed"
                 and route.model != self.large)  # fmt: skip
 
-    def _cascades(self, route: Route, attempt: Attempt, live: bool) -> bool:
-        """The small model's routed answer failed (its check, grounding, or it found nothing),
-        passed its check by less than route.min_check, the model was unsure of it
-        (route.min_confidence), or its figures are not its quote's (route.quote_figures), and
-        nothing of it was sent: the large model is asked."""
+    def _cascades(
+        self, route: Route, attempt: Attempt, live: bool, hits: Sequence[SearchHit]
+    ) -> bool:
+        """The small model's routed answer failed its check, it found nothing (or its quote is
+        not in the sources) over passages the judge scores at least
+        route.not_found_min_score, it passed its check by less than route.min_check, the
+        model was unsure of it (route.min_confidence), or its figures are not its quote's
+        (route.quote_figures), and nothing of it was sent: the large model is asked."""
         if not self._may_cascade(route) or (live and attempt.shown):
             return False
         config = self.route_config
+        if attempt.reader.result().abstained and attempt.support is None:  # nothing to check
+            best = max((h.rerank_score for h in hits if h.rerank_score is not None), default=None)
+            return not below(best, config.not_found_min_score)
         return (
-            attempt.reader.result().abstained
+            attempt.reader.result().abstained  # withheld by its check
             or below(attempt.support, config.min_check)
             or below(attempt.confidence, config.min_confidence)
             or (config.quote_figures and attempt.figures_disagree)

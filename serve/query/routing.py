@@ -74,6 +74,12 @@ class RouteConfig(BaseModel):
         "none of them the same: the answer is not its quote's (a neighbouring fact, or a value "
         "an instruction inside a source asked for).",
     )
+    not_found_min_score: float | None = Field(
+        None,
+        description='With cascade: the small model\'s own "not found" is asked of the large '
+        "model only when the judge's best score is at least this. Under it no passage looks "
+        "like the answer, and the large model mostly agrees (None: always asked).",
+    )
     min_confidence: float | None = Field(
         None, le=0.0,
         description="With cascade: the large model is also asked when the small model's "

@@ -72,6 +72,22 @@ def test_a_narrowly_checked_small_answer_cascades_under_min_check():
     assert choose_check([(small, large)], max_large=0.0)["min_check"] <= 0.7  # cascades none
 
 
+def test_a_recorded_small_not_found_cascades_only_over_passages_judged_high():
+    small = {"scores": [2.5, 1.0], "answerable": True, "question": "How many days of leave?",
+             "matched": False, "abstained": True, "support": None,
+             "timings": {"generate": 1.0}}  # fmt: skip
+    large = {**small, "matched": True, "abstained": False, "support": 0.9,
+             "timings": {"generate": 3.0}}  # fmt: skip
+    policy = {"cascade": True, "small_support": LARGE_SUPPORT, "compares": False}
+    assert policy_outcome(small, large, policy) == (True, 4.0, "cascade")
+    assert policy_outcome(small, large, {**policy, "not_found_min_score": 2.5})[2] == "cascade"
+    assert policy_outcome(small, large, {**policy, "not_found_min_score": 3.0}) == (
+        False, 1.0, "small")  # fmt: skip
+    # a small answer withheld by its check cascades whatever the judge's scores
+    checked = {**small, "abstained": False, "support": 0.3}
+    assert policy_outcome(checked, large, {**policy, "not_found_min_score": 3.0})[2] == "cascade"
+
+
 def test_the_logistic_policy_asks_again_where_the_large_check_says_wrong():
     """Fitted on dev answers whose large check separates right from wrong, it names for the
     large model the test answers with a low check and keeps those with a high one."""

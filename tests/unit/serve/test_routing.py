@@ -12,6 +12,7 @@ from serve.budgets import BudgetsConfig, Ledger, Prices
 from serve.config import load_config
 from serve.query.admission import Usage
 from serve.query.attempt import answer_confidence
+from serve.query.judging import RerankConfig
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.quotes import QuotedReply, figures_disagree
@@ -203,6 +204,43 @@ def test_no_cascade_when_turned_off_asked_by_name_or_already_streamed(service):
     for answer, calls in (answers(RouteConfig(cascade=False)), answers(model="small"),
                           answers(live=True)):  # prose is streamed as written  # fmt: skip
         assert answer.abstained and answer.route.model == "small" and calls == []
+
+
+class FixedJudge:
+    """A reranker that gives every passage one score."""
+
+    def __init__(self, score: float) -> None:
+        self.score = score
+
+    async def scores(self, query, passages, cache_salt=""):
+        return [self.score] * len(passages)
+
+
+def test_a_small_not_found_is_asked_of_the_large_model_only_over_passages_judged_high(service):
+    """route.not_found_min_score: the small model's own "not found" cascades where the judge's
+    best score reaches the threshold; under it the small answer stands ("not found", the large
+    model never asked). A small answer withheld by its check cascades whatever the scores."""
+    rerank = RerankConfig(backend="cross-encoder", model="unused", min_score=0.0)
+    config = QueryConfig(min_dense_score=0.0, rerank=rerank, answer_format="quoted", top_k=1)
+
+    def answers(score, route, small_reply, small_support=0.9):
+        small = ScriptedGenerator(small_reply, judge=lambda m: small_support)
+        large = ScriptedGenerator(quoted(1, QUOTE, "27 days a year."), judge=lambda m: 0.9)
+        pipeline = QueryPipeline(LocalSearcher(service), {"small": small, "large": large},
+                                 config, FixedJudge(score), route=route,
+                                 min_support={"small": 0.5, "large": 0.5})  # fmt: skip
+        return ask(pipeline)[1], large.calls
+
+    not_found = json.dumps({"source": 0, "quote": "", "answer": "Not found in the sources."})
+    gated = RouteConfig(not_found_min_score=3.0)
+    for score, route, cascades in ((4.0, gated, True), (3.0, gated, True),
+                                   (2.0, gated, False), (2.0, RouteConfig(), True)):  # fmt: skip
+        answer, calls = answers(score, route, not_found)
+        assert bool(calls) == cascades, (score, route)
+        assert answer.abstained != cascades
+        assert answer.route.decision == ("cascaded" if cascades else "routed")
+    withheld, calls = answers(2.0, gated, quoted(1, QUOTE, "27 days."), small_support=0.2)
+    assert calls and withheld.route.decision == "cascaded" and not withheld.abstained
 
 
 def streamed_with_cascade(service, small, route) -> tuple[Answer, list]:
