@@ -307,8 +307,8 @@ async def timing(args: argparse.Namespace) -> None:
 LARGE_SUPPORT = 0.65  # configs/cpu.yaml's min_answer_support, chosen for qwen2.5-1.5b
 # The shipped example (docs/configuration.md, "Several models") as a policy of this report
 SHIPPED = {"max_passages": 3, "max_words": 20, "compares": False, "large_checks": True,
-           "min_check": 0.75, "quote_figures": True, "cascade": True,
-           "small_support": LARGE_SUPPORT}  # fmt: skip
+           "min_check": 0.75, "quote_figures": True, "not_found_min_score": 3.0,
+           "cascade": True, "small_support": LARGE_SUPPORT}  # fmt: skip
 ALWAYS_LARGE = {"compares": False, "cascade": False, "always_large": True, "small_support": 0.0}
 GRID = {
     "min_top_score": (None, 0.0, 2.0, 4.0, 6.0),

@@ -252,8 +252,9 @@ class AppConfig(BaseSettings):
 
 
 def cross_field_problems(config: AppConfig) -> list[str]:
-    """What is wrong between sections: GPU requests the machine cannot hold, a cascade on an
-    answer check that is not run, or on the quote of an answer that has none."""
+    """What is wrong between sections: GPU requests the machine cannot hold, a route on judge
+    scores that no judge gives, a cascade on an answer check that is not run, or on the quote
+    of an answer that has none."""
     problems = gpu_requests(config)
     generator = config.generator
     if generator.models and generator.route.min_check is not None:
@@ -265,6 +266,16 @@ def cross_field_problems(config: AppConfig) -> list[str]:
                 f"which is off: set query.min_answer_support (or {checker}'s own), or remove "
                 "route.min_check"
             )
+    route = generator.route
+    judged = ("min_top_score", "min_margin", "not_found_min_score")
+    if generator.models and config.query.rerank.backend == "none":
+        problems += [
+            f"generator.route.{name} reads the relevance judge's scores, and there is no "
+            "judge: set query.rerank (backend: cross-encoder or generator), or remove "
+            f"route.{name}"
+            for name in judged
+            if getattr(route, name) is not None
+        ]
     if (
         generator.models
         and generator.route.quote_figures

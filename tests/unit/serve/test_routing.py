@@ -436,6 +436,15 @@ def test_a_cascade_on_the_check_needs_the_check():
     assert load_config(None, generator=two_models(min_check=0.8))  # the small model's own 0.5
 
 
+@pytest.mark.parametrize("name", ["min_top_score", "min_margin", "not_found_min_score"])
+def test_a_route_on_the_judges_scores_needs_the_judge(name):
+    with pytest.raises(ConfigError, match=rf"route\.{name} reads the relevance judge's scores"):
+        load_config(None, generator=two_models(**{name: 3.0}))
+    query = {"rerank": {"backend": "cross-encoder", "model": "ms-marco-minilm-l12"}}
+    config = load_config(None, generator=two_models(**{name: 3.0}), query=query)
+    assert getattr(config.generator.route, name) == 3.0
+
+
 def test_a_cascade_on_the_quotes_figures_needs_quoted_answers():
     with pytest.raises(ConfigError, match=r"route\.quote_figures compares a quoted answer"):
         load_config(None, generator=two_models(quote_figures=True))
