@@ -31,7 +31,14 @@ from serve.query.relevance import scored
 from serve.query.rerank import rerank
 from serve.query.rerankers import GeneratorReranker, build_reranker
 from serve.query.retrieval import Searcher, SearchFilter, SearchParams
-from serve.query.routing import MODEL_ID, Route, RouteConfig, RouteSignals, hard_because
+from serve.query.routing import (
+    MODEL_ID,
+    Route,
+    RouteConfig,
+    RouteSignals,
+    hard_because,
+    top_score,
+)
 from serve.tracing import Stopwatch, tracer
 
 
@@ -388,7 +395,7 @@ class QueryPipeline:
             return False
         config = self.route_config
         if attempt.reader.result().abstained and attempt.support is None:  # nothing to check
-            best = max((h.rerank_score for h in hits if h.rerank_score is not None), default=None)
+            best = top_score(hit.rerank_score for hit in hits)
             return not below(best, config.not_found_min_score)
         return (
             attempt.reader.result().abstained  # withheld by its check

@@ -15,7 +15,7 @@ on their held-out halves (benchmarks/routing.py; benchmarks/results/routing.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,6 +115,11 @@ def compares(question: str, language: str | None = None) -> bool:
     language = language or detect_language(question)
     patterns = [_COMPARES[language]] if language in _COMPARES else _COMPARES.values()
     return any(pattern.search(question) for pattern in patterns)
+
+
+def top_score(scores: Iterable[float | None]) -> float | None:
+    """The judge's best score of the passages that passed the gate (None: none judged)."""
+    return max((s for s in scores if s is not None), default=None)
 
 
 @dataclass(frozen=True, slots=True)
