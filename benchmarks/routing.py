@@ -647,6 +647,21 @@ def print_separation(sure: dict[str, dict], checked: dict[str, dict] | None) -> 
         print(f"{split}: AUROC over {len(rows)} answered: " + ", ".join(shown))
 
 
+def not_found_separation(pairs: list[tuple[dict, dict]]) -> tuple[int, float]:
+    """Over the small model's own "not found" answers that reached a generator (no answer to
+    check): how many, and how well the judge's best score ranks those where the large model
+    is right and the small one is not (a cascade that helps) above the rest (AUROC;
+    route.not_found_min_score reads that score)."""
+    from serve.query.routing import top_score
+
+    found_nothing = [(s, lg) for s, lg in pairs if s["scores"] and s["abstained"]
+                     and s["support"] is None]  # fmt: skip
+    helps = {id(s): right(lg, LARGE_SUPPORT) and not right(s, 0.0) for s, lg in found_nothing}
+    scores = [(top_score(s["scores"]), helps[id(s)]) for s, _ in found_nothing]
+    value = auroc([v for v, ok in scores if ok], [v for v, ok in scores if not ok])
+    return len(found_nothing), value
+
+
 def read_runs(*paths: str) -> list[dict[str, dict]]:
     return [{r["id"]: r for r in map(json.loads, Path(path).read_text().splitlines())}
             for path in paths]  # fmt: skip
@@ -789,6 +804,11 @@ def apply(args: argparse.Namespace) -> None:
     print(f"the policy's mean minus always large's, 95 % paired bootstrap interval: "
           f"{100 * low:+.1f} to {100 * high:+.1f} points")  # fmt: skip
     print(what_cascades_did(pairs, policy))
+    count, value = not_found_separation(pairs)
+    if not math.isnan(value):  # both kinds present
+        print(f"the small model's own \"not found\" over passages past the gate: {count}; "
+              f"the judge's best score ranks those a cascade turns right first, AUROC "
+              f"{value:.3f}")  # fmt: skip
 
 
 def run_files(spec: str) -> str:

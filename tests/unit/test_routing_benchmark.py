@@ -11,6 +11,7 @@ from benchmarks.routing import (
     apply,
     choose_check,
     choose_logistic,
+    not_found_separation,
     paired_interval,
     policy_outcome,
     with_confidence,
@@ -86,6 +87,19 @@ def test_a_recorded_small_not_found_cascades_only_over_passages_judged_high():
     # a small answer withheld by its check cascades whatever the judge's scores
     checked = {**small, "abstained": False, "support": 0.3}
     assert policy_outcome(checked, large, {**policy, "not_found_min_score": 3.0})[2] == "cascade"
+
+
+def test_the_judges_best_score_is_read_against_the_not_found_cascades_that_help():
+    def pair(score: float, answerable: bool, large_right: bool) -> tuple[dict, dict]:
+        small = {"scores": [score, None], "answerable": answerable, "abstained": True,
+                 "support": None, "matched": False}  # fmt: skip
+        large = {**small, "abstained": not (answerable and large_right), "matched": large_right}
+        return small, large
+
+    helps = [pair(6.0, True, True), pair(4.0, True, True)]
+    rest = [pair(5.0, False, False), pair(1.0, False, False), pair(0.5, True, False)]
+    answered = ({**pair(9.0, True, True)[0], "abstained": False, "support": 0.9}, {})
+    assert not_found_separation([*helps, *rest, answered]) == (5, 5 / 6)  # 6 over 5 ranks low
 
 
 def test_the_logistic_policy_asks_again_where_the_large_check_says_wrong():
