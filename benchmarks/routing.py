@@ -654,12 +654,11 @@ def not_found_separation(pairs: list[tuple[dict, dict]]) -> tuple[int, float]:
     route.not_found_min_score reads that score)."""
     from serve.query.routing import top_score
 
-    found_nothing = [(s, lg) for s, lg in pairs if s["scores"] and s["abstained"]
-                     and s["support"] is None]  # fmt: skip
-    helps = {id(s): right(lg, LARGE_SUPPORT) and not right(s, 0.0) for s, lg in found_nothing}
-    scores = [(top_score(s["scores"]), helps[id(s)]) for s, _ in found_nothing]
-    value = auroc([v for v, ok in scores if ok], [v for v, ok in scores if not ok])
-    return len(found_nothing), value
+    scored = [(top_score(s["scores"]), right(lg, LARGE_SUPPORT) and not right(s, 0.0))
+              for s, lg in pairs
+              if s["scores"] and s["abstained"] and s["support"] is None]  # fmt: skip
+    value = auroc([v for v, helps in scored if helps], [v for v, helps in scored if not helps])
+    return len(scored), value
 
 
 def read_runs(*paths: str) -> list[dict[str, dict]]:
