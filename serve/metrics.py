@@ -35,7 +35,8 @@ class Metrics:
         self.routes = Counter(
             "grounded_routes_total",
             "Answers by the model that wrote them and how it was chosen (asked by name, routed, "
-            "cascaded after the small model's answer failed its check), with the router's reason.",
+            "cascaded after the small model's answer failed its check), with the router's reason "
+            "(not_found_low_score: a small model's 'not found' kept without a cascade).",
             ("model", "decision", "reason"),
         )
         self.abstentions = Counter(

@@ -33,6 +33,7 @@ from serve.query.rerankers import GeneratorReranker, build_reranker
 from serve.query.retrieval import Searcher, SearchFilter, SearchParams
 from serve.query.routing import (
     MODEL_ID,
+    NOT_FOUND_KEPT,
     Route,
     RouteConfig,
     RouteSignals,
@@ -314,7 +315,10 @@ class QueryPipeline:
         async for delta in self._generate(attempt, request_id, admit, watch, timings, generating):
             yield delta
         usage = attempt.usage({}, self.checkers.get(attempt.model, attempt.model))
-        if self._cascades(route, attempt, live, hits):
+        cascadable = may_cascade and not (live and attempt.shown)  # nothing of it sent
+        if cascadable and self._not_found_kept(attempt, hits):
+            route = Route(route.model, route.decision, NOT_FOUND_KEPT)
+        elif cascadable and self._failed(attempt):
             cascading = time.perf_counter()
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
@@ -383,22 +387,21 @@ class QueryPipeline:
         return (self.route_config.cascade and route.decision == "routed"
                 and route.model != self.large)  # fmt: skip
 
-    def _cascades(
-        self, route: Route, attempt: Attempt, live: bool, hits: Sequence[SearchHit]
-    ) -> bool:
-        """The small model's routed answer failed its check, it found nothing (or its quote is
-        not in the sources) over passages the judge scores at least
-        route.not_found_min_score, it passed its check by less than route.min_check, the
-        model was unsure of it (route.min_confidence), or its figures are not its quote's
-        (route.quote_figures), and nothing of it was sent: the large model is asked."""
-        if not self._may_cascade(route) or (live and attempt.shown):
-            return False
+    def _not_found_kept(self, attempt: Attempt, hits: Sequence[SearchHit]) -> bool:
+        """The small model found nothing (or its quote is not in the sources), with nothing to
+        check, over passages the judge scores below route.not_found_min_score: its "not found"
+        stands, without asking the large model (``grounded.route``'s reason: NOT_FOUND_KEPT)."""
+        best = top_score(hit.rerank_score for hit in hits)
+        return (attempt.reader.result().abstained and attempt.support is None
+                and below(best, self.route_config.not_found_min_score))  # fmt: skip
+
+    def _failed(self, attempt: Attempt) -> bool:
+        """The small model's answer is "not found" or withheld by its check, passed its check
+        by less than route.min_check, the model was unsure of it (route.min_confidence), or
+        its figures are not its quote's (route.quote_figures): the large model is asked."""
         config = self.route_config
-        if attempt.reader.result().abstained and attempt.support is None:  # nothing to check
-            best = top_score(hit.rerank_score for hit in hits)
-            return not below(best, config.not_found_min_score)
         return (
-            attempt.reader.result().abstained  # withheld by its check
+            attempt.reader.result().abstained
             or below(attempt.support, config.min_check)
             or below(attempt.confidence, config.min_confidence)
             or (config.quote_figures and attempt.figures_disagree)

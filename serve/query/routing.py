@@ -170,12 +170,18 @@ def hard_because(signals: RouteSignals, route: RouteConfig) -> str | None:
     return None
 
 
+# A routed small model's own "not found" kept without a cascade (route.not_found_min_score):
+# the reason a small route carries, so that metrics count what the setting held back.
+NOT_FOUND_KEPT = "not_found_low_score"
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Which model answered a question, and how it was chosen: ``asked`` (the request named
-    it), ``routed`` (the router chose; ``reason`` why the large one), ``cascaded`` (the small
-    model's answer failed its check, and ``first`` was asked before), or ``gate`` (nothing
-    passed the gate: "not found" without asking a model)."""
+    it), ``routed`` (the router chose; ``reason`` why the large one, or NOT_FOUND_KEPT on the
+    small one's "not found" kept without a cascade), ``cascaded`` (the small model's answer
+    failed its check, and ``first`` was asked before), or ``gate`` (nothing passed the gate:
+    "not found" without asking a model)."""
 
     model: str
     decision: str = "asked"

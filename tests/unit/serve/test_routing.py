@@ -20,6 +20,7 @@ from serve.query.retrieval import LocalSearcher
 from serve.query.routing import (
     COMPARES,
     MODEL_ID,
+    NOT_FOUND_KEPT,
     RouteConfig,
     RouteSignals,
     compares,
@@ -219,7 +220,8 @@ class FixedJudge:
 def test_a_small_not_found_is_asked_of_the_large_model_only_over_passages_judged_high(service):
     """route.not_found_min_score: the small model's own "not found" cascades where the judge's
     best score reaches the threshold; under it the small answer stands ("not found", the large
-    model never asked). A small answer withheld by its check cascades whatever the scores."""
+    model never asked, and the route's reason says why). A small answer withheld by its check
+    cascades whatever the scores."""
     rerank = RerankConfig(backend="cross-encoder", model="unused", min_score=0.0)
     config = QueryConfig(min_dense_score=0.0, rerank=rerank, answer_format="quoted", top_k=1)
 
@@ -239,6 +241,7 @@ def test_a_small_not_found_is_asked_of_the_large_model_only_over_passages_judged
         assert bool(calls) == cascades, (score, route)
         assert answer.abstained != cascades
         assert answer.route.decision == ("cascaded" if cascades else "routed")
+        assert (answer.route.reason == NOT_FOUND_KEPT) == (not cascades)  # shown, and counted
     withheld, calls = answers(2.0, gated, quoted(1, QUOTE, "27 days."), small_support=0.2)
     assert calls and withheld.route.decision == "cascaded" and not withheld.abstained
 
