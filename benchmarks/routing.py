@@ -357,10 +357,13 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
     if policy.get("always_large") or hard_because(signals, route):
         return right(large, LARGE_SUPPORT), seconds(large), "large"
     support = policy["small_support"]
+    # min_check_by_language (this report's only): a language's own min_check, e.g. {"fr": 0.9}
+    min_check = policy.get("min_check_by_language", {}).get(small.get("language"),
+                                                            policy.get("min_check"))  # fmt: skip
     if route.cascade and (
         (small["abstained"] and not below(signals.top_score, route.not_found_min_score))
         or below(small["support"], support)
-        or below(small["support"], policy.get("min_check"))
+        or below(small["support"], min_check)
         or below(small.get("confidence"), policy.get("min_confidence"))
         or below(small.get("likely"), policy.get("min_likely"))
         or (policy.get("quote_figures") and small.get("figures_disagree"))

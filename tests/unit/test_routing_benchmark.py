@@ -68,6 +68,10 @@ def test_a_narrowly_checked_small_answer_cascades_under_min_check():
     assert policy_outcome(small, large, {**policy, "min_check": 0.8}) == (True, 4.0, "cascade")
     assert policy_outcome(small, large, {**policy, "min_check": 0.6})[2] == "small"
     assert policy_outcome(small, large, policy) == (False, 1.0, "small")
+    # a language's own threshold (min_check_by_language) for its questions only
+    french = {**policy, "min_check": 0.6, "min_check_by_language": {"fr": 0.8}}
+    assert policy_outcome(small, large, french)[2] == "small"
+    assert policy_outcome({**small, "language": "fr"}, large, french)[2] == "cascade"
     # chosen on the pairs: the cut that cascades the wrong answer, within the large share
     assert choose_check([(small, large)], max_large=1.0)["min_check"] > 0.7
     assert choose_check([(small, large)], max_large=0.0)["min_check"] <= 0.7  # cascades none
