@@ -46,19 +46,50 @@ class Running:
             serve.delete(APP_NAME)
 
 
+# How Ray says that a local node did not come up in time: the raylet did not register within
+# Ray's fixed 30 s, or the GCS did not write its port file (RAY_gcs_server_port_wait_time_s).
+STARTUP_TIMEOUTS = ("timed out during startup", "Timed out waiting for file")
+
+
 def _init_ray(options: dict) -> None:
-    """ray.init. A local head whose raylet does not register within Ray's fixed 30 s (a
-    machine busy with something else) is started once more rather than failing the start."""
+    """ray.init. A local head that does not come up in time (a machine busy with something
+    else) is started once more rather than failing the start."""
     import ray
 
-    try:
+    if options.get("address") != "local":
         ray.init(**options)
+        return
+    try:
+        _start_local_head(options)
     except Exception as exc:
-        if options.get("address") != "local" or "timed out during startup" not in str(exc):
+        if not any(timeout in str(exc) for timeout in STARTUP_TIMEOUTS):
             raise
         log.warning("Ray's node did not come up in time (%s); starting it once more", exc)
-        ray.shutdown()
+        _start_local_head(options)
+
+
+def _start_local_head(options: dict) -> None:
+    """ray.init of a local head. When it fails, the processes it launched are ended: Ray's
+    shutdown does not know a node whose start failed, so its GCS, raylet, dashboard and
+    monitors would run on beside the next attempt until this process exits. They are the
+    children this process gained during the attempt (nothing else starts processes here
+    meanwhile)."""
+    import psutil
+    import ray
+
+    this = psutil.Process()
+    before = {child.pid for child in this.children(recursive=True)}
+    try:
         ray.init(**options)
+    except BaseException:
+        ray.shutdown()
+        left = [child for child in this.children(recursive=True) if child.pid not in before]
+        for process in left:  # SIGKILL, as ray.shutdown ends a node (GCS and raylet ignored a
+            # SIGTERM for 10 s here)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(left, timeout=10)  # reaped, not left as zombies
+        raise
 
 
 def start(
