@@ -4,6 +4,7 @@ anything else fails the start as it is. A failed local start leaves no process b
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -74,9 +75,10 @@ def sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
-def test_a_failed_local_start_ends_the_processes_it_launched_and_no_others(ray_calls):
+def test_a_failed_local_start_ends_the_processes_it_launched_and_no_others(ray_calls, caplog):
     """As Ray's half-started node: ray.init launches processes (GCS, raylet...), then fails.
-    Both attempts' processes are ended; a child this process had before is left running."""
+    Both attempts' processes are ended, and named in the log with their state; a child this
+    process had before is left running."""
     _, outcomes = ray_calls
     kept = sleeper()
     launched = []
@@ -91,6 +93,10 @@ def test_a_failed_local_start_ends_the_processes_it_launched_and_no_others(ray_c
             up._init_ray({"address": "local"})
         assert len(launched) == 2
         assert not any(psutil.pid_exists(process.pid) for process in launched)  # ended, reaped
+        ended = [r.getMessage() for r in caplog.records if "failed start of Ray" in r.getMessage()]
+        assert len(ended) == 2
+        for line, process in zip(ended, launched, strict=True):
+            assert re.search(rf" {process.pid} \(\w+\)", line), line  # its pid and state
         assert kept.poll() is None
     finally:
         kept.kill()
