@@ -14,6 +14,7 @@ from benchmarks.routing import (
     not_found_separation,
     paired_interval,
     policy_outcome,
+    sweep,
     with_confidence,
     with_sample,
 )
@@ -212,11 +213,35 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
     for name, rows in (("checked", checked), ("large", large)):
         paths.append(tmp_path / f"{name}.jsonl")
         paths[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    apply(argparse.Namespace(runs=[f"{paths[0]},{paths[1]}"], policy={}, set=None, split=None))
+    apply(argparse.Namespace(runs=[f"{paths[0]},{paths[1]}"], policy={}, set=None, split=None,
+                             sweep=False, max_large=0.5))  # fmt: skip
     shown = capsys.readouterr().out
     assert "| always large | 1.000 |" in shown and "| the policy | 1.000 |" in shown
     assert "| 0.50 | 0.50 |" in shown  # the large model wrote one answer of two, by cascade
     assert "1 cascades; the large model right where the small one was not: 1;" in shown
+
+
+def test_the_sweep_finds_the_best_policy_within_the_cap_of_the_large_models_share(capsys):
+    """A right English small answer and a wrong French one whose check (0.82) passes the
+    shipped min_check: a stricter check (French, or both) sends the French one to the large
+    model, right, with the large model on half of the questions; under a cap of 0.4 no policy
+    may, and the best trails in French by the whole question."""
+    base = {"scores": [5.0], "answerable": True, "abstained": False,
+            "timings": {"generate": 1.0}}  # fmt: skip
+    english = {**base, "language": "en", "question": "How many days of leave?",
+               "matched": True, "support": 0.95}  # fmt: skip
+    french = {**base, "language": "fr", "question": "Combien coûte le parking ?",
+              "matched": False, "support": 0.82}  # fmt: skip
+    pairs = [(row, {**row, "matched": True, "support": 0.9}) for row in (english, french)]
+    sweep(pairs, 0.5)
+    lines = capsys.readouterr().out.splitlines()
+    best_mean = lines[[line.startswith("best mean") for line in lines].index(True) + 1]
+    assert best_mean.startswith("+0.0 | +0.0 | en +0.0, fr +0.0 | 0.50 |"), best_mean
+    assert "'min_check': 0.85" in best_mean or "'fr': 0.85" in best_mean, best_mean
+    sweep(pairs, 0.4)
+    capped = capsys.readouterr().out
+    assert "policies within the cap of 0.4" in capped
+    assert "\n-50.0 | -100.0 | en +0.0, fr -100.0 | 0.00 |" in capped
 
 
 def test_rescored_reads_the_sets_labels_as_they_are_now(tmp_path, monkeypatch):
