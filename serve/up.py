@@ -82,18 +82,27 @@ def _start_local_head(options: dict) -> None:
     try:
         ray.init(**options)
     except BaseException:
-        ray.shutdown()
-        left = [child for child in this.children(recursive=True) if child.pid not in before]
-        ended = []
-        for process in left:  # SIGKILL, as ray.shutdown ends a node (GCS and raylet ignored a
-            # SIGTERM for 10 s here)
-            with contextlib.suppress(psutil.NoSuchProcess):
-                ended.append(f"{process.name()} {process.pid} ({process.status()})")
-                process.kill()
-        if ended:  # what each was doing: the evidence of a start that hung
-            log.warning("ending what the failed start of Ray left: %s", ", ".join(ended))
-        psutil.wait_procs(left, timeout=10)  # reaped, not left as zombies
+        try:
+            ray.shutdown()
+        finally:
+            _end([child for child in this.children(recursive=True) if child.pid not in before])
         raise
+
+
+def _end(processes: list) -> None:
+    """SIGKILL ``processes`` (psutil.Process), as ray.shutdown ends a node (its GCS and raylet
+    ignored a SIGTERM for 10 s here), and reap them; each is named in the log with its state
+    first, the evidence of a start that hung."""
+    import psutil
+
+    ended = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            ended.append(f"{process.name()} {process.pid} ({process.status()})")
+            process.kill()
+    if ended:
+        log.warning("ending what the failed start of Ray left: %s", ", ".join(ended))
+    psutil.wait_procs(processes, timeout=10)
 
 
 def start(

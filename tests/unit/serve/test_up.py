@@ -101,3 +101,23 @@ def test_a_failed_local_start_ends_the_processes_it_launched_and_no_others(ray_c
     finally:
         kept.kill()
         kept.wait()
+
+
+def test_a_failing_shutdown_does_not_keep_the_failed_starts_processes(ray_calls, monkeypatch):
+    import ray
+
+    _, outcomes = ray_calls
+    launched = []
+
+    def launches_then_fails():
+        launched.append(sleeper())
+        raise RuntimeError("port 8080 in use")
+
+    def shutdown_fails():
+        raise RuntimeError("not connected")
+
+    monkeypatch.setattr(ray, "shutdown", shutdown_fails)
+    outcomes.append(launches_then_fails)
+    with pytest.raises(RuntimeError, match="not connected"):
+        up._init_ray({"address": "local"})
+    assert not psutil.pid_exists(launched[0].pid)
