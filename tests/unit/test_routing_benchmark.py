@@ -7,6 +7,7 @@ import pytest
 
 from benchmarks.routing import (
     LARGE_SUPPORT,
+    SHIPPED,
     answers_agree,
     apply,
     choose_check,
@@ -233,12 +234,12 @@ def test_the_sweep_finds_the_best_policy_within_the_cap_of_the_large_models_shar
     french = {**base, "language": "fr", "question": "Combien coûte le parking ?",
               "matched": False, "support": 0.82}  # fmt: skip
     pairs = [(row, {**row, "matched": True, "support": 0.9}) for row in (english, french)]
-    sweep(pairs, 0.5)
+    sweep(pairs, SHIPPED, 0.5)
     lines = capsys.readouterr().out.splitlines()
     best_mean = lines[[line.startswith("best mean") for line in lines].index(True) + 1]
     assert best_mean.startswith("+0.0 | +0.0 | en +0.0, fr +0.0 | 0.50 |"), best_mean
     assert "'min_check': 0.85" in best_mean or "'fr': 0.85" in best_mean, best_mean
-    sweep(pairs, 0.4)
+    sweep(pairs, SHIPPED, 0.4)
     capped = capsys.readouterr().out
     assert "policies within the cap of 0.4" in capped
     assert "\n-50.0 | -100.0 | en +0.0, fr -100.0 | 0.00 |" in capped
