@@ -245,8 +245,9 @@ class Recording:
 
 
 async def timing(args: argparse.Namespace) -> None:
-    """Generator seconds per answer of always-small, always-large and routed, side by side in
-    one process: each sampled test question asked of each in turn, one at a time."""
+    """Generator seconds per answer of always-small, always-large and routed (each --route's
+    policy), side by side in one process: each sampled test question asked of each in turn,
+    one at a time."""
     from index.service import IndexService
     from serve.config import load_config
     from serve.generator import VllmGenerator
@@ -262,38 +263,43 @@ async def timing(args: argparse.Namespace) -> None:
         engines[name] = VllmGenerator(config.generator.model_copy(update={"model": folder}))
         engines[name].start()
     service = IndexService(config.index, config.data_dir).start()
-    route = RouteConfig(**json.loads(args.route))
     support = {"small": args.small_support} if args.small_support is not None else {}
-    pipeline = QueryPipeline(LocalSearcher(service), engines, config.query, route=route,
-                             min_support=support)  # fmt: skip
+    routes = [RouteConfig(**json.loads(text)) for text in args.route or ["{}"]]
+    # (label, the model asked: None routes, the route)
+    policies = [("always small", "small", routes[0]), ("always large", "large", routes[0])] + [
+        ("routed" if len(routes) == 1 else f"routed {n}", None, route)
+        for n, route in enumerate(routes, 1)
+    ]
+    pipelines = {label: QueryPipeline(LocalSearcher(service), engines, config.query,
+                                      route=route, min_support=support)
+                 for label, _, route in policies}  # fmt: skip
     questions = [(language, q) for language in ("en", "fr")
                  for q in load_questions(SETS[language]) if q.split == "test"]  # fmt: skip
     step = max(1, len(questions) // args.questions)
     sample = questions[::step][: args.questions]
-    seconds: dict[str, list[float]] = {"always small": [], "always large": [], "routed": []}
-    chosen = []
+    seconds: dict[str, list[float]] = {label: [] for label, _, _ in policies}
+    chosen: dict[str, list[str]] = {label: [] for label, model, _ in policies if model is None}
     # Each policy reads as its own reader (a cache salt of its own): no policy's prompts are
     # found in the prefix cache because another asked the same question before it.
     salted = {label: QueryOptions(search_filter=SearchFilter(readable_by=frozenset({label})))
               for label in seconds}  # fmt: skip
     try:
         for language, q in sample:
-            for label, model in (("always small", "small"), ("always large", "large"),
-                                 ("routed", None)):  # fmt: skip
+            for label, model, _ in policies:
+                pipeline, options = pipelines[label], salted[label]
                 answer = await pipeline.answer(TENANTS[language], q.question, model=model,
-                                               options=salted[label])  # fmt: skip
+                                               options=options)  # fmt: skip
                 if answer.sources:  # generated (the gate's "not found" costs no generator)
                     seconds[label].append(answer.timings.get("generate", 0.0))
                 if model is None:
-                    chosen.append(answer.route.decision + ":" + answer.route.model)
+                    chosen[label].append(answer.route.decision + ":" + answer.route.model)
     finally:
         for engine in engines.values():
             engine.shutdown()
-    print(
-        f"{len(sample)} test questions, one at a time; route {route.model_dump()}, "
-        f"small check {args.small_support}; routed: "
-        f"{ {c: chosen.count(c) for c in sorted(set(chosen))} }"
-    )
+    print(f"{len(sample)} test questions, one at a time; small check {args.small_support}")
+    for (label, decisions), route in zip(chosen.items(), routes, strict=True):
+        counts = {c: decisions.count(c) for c in sorted(set(decisions))}
+        print(f"{label}: route {route.model_dump()}; {counts}")
     print("| | answers generated | generator s p50 | mean |\n|---|---|---|---|")
     for label, values in seconds.items():
         print(
@@ -924,7 +930,8 @@ def main() -> None:
     timed = commands.add_parser("timing")
     timed.add_argument("--model", default="qwen2.5-0.5b")
     timed.add_argument("--large", default="qwen2.5-1.5b")
-    timed.add_argument("--route", default="{}", help="RouteConfig as JSON")
+    timed.add_argument("--route", action="append",
+                       help="RouteConfig as JSON; again for another routed policy")  # fmt: skip
     timed.add_argument("--small-support", type=float, default=None)
     timed.add_argument("--questions", type=int, default=24)
     timed.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
