@@ -433,10 +433,12 @@ def evaluate(pairs: list[tuple[dict, dict]], policy: dict) -> dict:
         accuracy[language] = sum(r[0] for r in mine) / len(mine)
     times = [r[1] for r in generated]
     share = max(len(generated), 1)
+    large = sum(r[2] in ("large", "cascade") for r in generated)
     return {
         "accuracy": accuracy,
         "mean_accuracy": sum(accuracy.values()) / len(accuracy),
-        "large_share": sum(r[2] in ("large", "cascade") for r in generated) / share,
+        "large_share": large / share,  # of the answers a generator wrote
+        "large_of_all": large / max(len(results), 1),  # of every question, the gate's too
         "cascade_share": sum(r[2] == "cascade" for r in generated) / share,
         "seconds_p50": statistics.median(times) if times else 0.0,
         "seconds_mean": statistics.fmean(times) if times else 0.0,
@@ -811,6 +813,11 @@ def apply(args: argparse.Namespace) -> None:
     for label, chosen in (("always large", ALWAYS_LARGE), ("oracle (the ceiling)", oracle),
                           ("the policy", policy)):  # fmt: skip
         print(table_row(label, evaluate(pairs, chosen)))
+    measured = evaluate(pairs, policy)
+    print(
+        f"the policy's large model: {measured['large_share']:.2f} of the generated answers, "
+        f"{measured['large_of_all']:.2f} of all questions (the gate answers some without one)"
+    )
     low, high = paired_interval(pairs, policy)
     print(f"the policy's mean minus always large's, 95 % paired bootstrap interval: "
           f"{100 * low:+.1f} to {100 * high:+.1f} points")  # fmt: skip

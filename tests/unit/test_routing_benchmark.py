@@ -193,8 +193,9 @@ def test_the_paired_interval_brackets_the_difference_to_always_large():
 
 
 def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys):
-    """The shipped example on two questions: a well-checked right small answer stands; a
-    small answer whose figures are none of its quote's cascades to the large model's."""
+    """The shipped example on three questions: a well-checked right small answer stands; a
+    small answer whose figures are none of its quote's cascades to the large model's; the
+    gate answers an unanswerable one "not found" without a generator."""
     import argparse
     import json
 
@@ -208,6 +209,9 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
          "answer": "27 days [1]", "tokens": reply("Leave is 27 days.", "27 days")},
         {**base, "id": "q2", "question": "What does parking cost?", "matched": False,
          "answer": "39 euros [1]", "tokens": reply("Parking costs 52 euros.", "39 euros")},
+        {**base, "id": "q3", "question": "Who won in 1998?", "matched": False, "scores": [],
+         "answerable": False, "abstained": True, "support": None,
+         "answer": "Not found in the sources.", "tokens": []},
     ]  # fmt: skip
     large = [{**row, "matched": True, "timings": {"generate": 3.0}} for row in checked]
     paths = []
@@ -220,6 +224,7 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
     assert "| always large | 1.000 |" in shown and "| the policy | 1.000 |" in shown
     assert "| 0.50 | 0.50 |" in shown  # the large model wrote one answer of two, by cascade
     assert "1 cascades; the large model right where the small one was not: 1;" in shown
+    assert "0.50 of the generated answers, 0.33 of all questions" in shown
 
 
 def test_the_sweep_finds_the_best_policy_within_the_cap_of_the_large_models_share(capsys):
