@@ -228,8 +228,8 @@ def test_apply_reads_a_fixed_policy_on_every_recorded_question(tmp_path, capsys)
 
 
 def test_the_sweep_finds_the_best_policy_within_the_cap_of_the_large_models_share(capsys):
-    """A right English small answer and a wrong French one whose check (0.82) passes the
-    shipped min_check: a stricter check (French, or both) sends the French one to the large
+    """A right English small answer and a wrong French one whose check (0.82) passes a
+    min_check of 0.8: a stricter check (French, or both) sends the French one to the large
     model, right, with the large model on half of the questions; under a cap of 0.4 no policy
     may, and the best trails in French by the whole question."""
     base = {"scores": [5.0], "answerable": True, "abstained": False,
@@ -248,6 +248,13 @@ def test_the_sweep_finds_the_best_policy_within_the_cap_of_the_large_models_shar
     capped = capsys.readouterr().out
     assert "policies within the cap of 0.4" in capped
     assert "\n-50.0 | -100.0 | en +0.0, fr -100.0 | 0.00 |" in capped
+    # two questions more that the gate answers "not found": one large answer of four questions
+    gate = {**english, "scores": [], "answerable": False, "abstained": True, "support": None}
+    pairs += [(gate, gate), (gate, gate)]
+    sweep(pairs, SHIPPED, 0.4, over="all")
+    of_all = capsys.readouterr().out
+    assert "within the cap of 0.4 (of the questions)" in of_all
+    assert "\n+0.0 | +0.0 | en +0.0, fr +0.0 | 0.25 |" in of_all
 
 
 def test_rescored_reads_the_sets_labels_as_they_are_now(tmp_path, monkeypatch):
