@@ -470,4 +470,4 @@ def test_the_documented_routing_example_is_a_valid_config():
     base["generator"] = {**base["generator"], **example["generator"]}
     config = load_config(None, **base)
     assert list(config.generator.configs()) == ["small", "large"]
-    assert config.generator.route.large_checks and config.generator.route.max_words == 20
+    assert config.generator.route.large_checks and config.generator.route.min_check == 0.85
