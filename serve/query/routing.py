@@ -7,9 +7,10 @@ The router reads signals the pipeline has once the judge has ranked the passages
 (``RouteSignals``): the judge's best score and its lead over the second, how many passages
 passed the gate, whether the question compares or aggregates (``COMPARES``, one cue table per
 language), its length, and whether it follows earlier turns. Each signal has its threshold in
-``RouteConfig``; an unset one never sends a question to the large model. The thresholds of
-configs/cpu.yaml were chosen on the development halves of the human-written sets and reported
-on their held-out halves (benchmarks/routing.py; benchmarks/results/routing.md).
+``RouteConfig``; an unset one never sends a question to the large model. The example's
+settings (docs/configuration.md, "Several models") were chosen on the human-written sets
+recorded so far and read on a set written and answered after (benchmarks/routing.py;
+benchmarks/results/routing.md).
 """
 
 from __future__ import annotations
