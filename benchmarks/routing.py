@@ -813,8 +813,8 @@ def apply(args: argparse.Namespace) -> None:
     print(f"{len(pairs)} questions; the policy: {policy}\n{TABLE_HEAD}")
     for label, chosen in (("always large", ALWAYS_LARGE), ("oracle (the ceiling)", oracle),
                           ("the policy", policy)):  # fmt: skip
-        print(table_row(label, evaluate(pairs, chosen)))
-    measured = evaluate(pairs, policy)
+        measured = evaluate(pairs, chosen)  # the last: the policy's
+        print(table_row(label, measured))
     print(
         f"the policy's large model: {measured['large_share']:.2f} of the generated answers, "
         f"{measured['large_of_all']:.2f} of all questions (the gate answers some without one)"
