@@ -264,7 +264,7 @@ async def timing(args: argparse.Namespace) -> None:
         engines[name].start()
     service = IndexService(config.index, config.data_dir).start()
     support = {"small": args.small_support} if args.small_support is not None else {}
-    routes = [RouteConfig(**json.loads(text)) for text in args.route or ["{}"]]
+    routes = args.route or [RouteConfig()]
     # (label, the model asked: None routes, the route)
     policies = [("always small", "small", routes[0]), ("always large", "large", routes[0])] + [
         ("routed" if len(routes) == 1 else f"routed {n}", None, route)
@@ -897,6 +897,30 @@ def policy_changes(text: str) -> dict:
     return changes
 
 
+def at_least_one(text: str) -> int:
+    """A count of 1 or more (``timing --questions``, ``collect --concurrency``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a whole number of 1 or more: {text!r}")
+    return value
+
+
+def route_config(text: str):
+    """``timing --route``: a JSON object of RouteConfig's keys, checked before any engine starts."""
+    from pydantic import ValidationError
+
+    from serve.query.routing import RouteConfig
+
+    try:
+        return RouteConfig(**policy_changes(text))
+    except ValidationError as exc:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise argparse.ArgumentTypeError(f"not a route ({reasons}): {text!r}") from exc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -909,7 +933,7 @@ def main() -> None:
     run.add_argument("--languages", default="en,fr")
     run.add_argument("--set", default="human",
                      help="the questions: benchmarks/eval/<set>-<language>.jsonl")  # fmt: skip
-    run.add_argument("--concurrency", type=int, default=4)
+    run.add_argument("--concurrency", type=at_least_one, default=4)
     run.add_argument("--logprobs", action="store_true",
                      help="keep the small model's answer tokens' log-probabilities")  # fmt: skip
     run.add_argument("--dev-every", type=int, default=2,
@@ -949,10 +973,10 @@ def main() -> None:
     timed = commands.add_parser("timing")
     timed.add_argument("--model", default="qwen2.5-0.5b")
     timed.add_argument("--large", default="qwen2.5-1.5b")
-    timed.add_argument("--route", action="append",
+    timed.add_argument("--route", action="append", type=route_config,
                        help="RouteConfig as JSON; again for another routed policy")  # fmt: skip
     timed.add_argument("--small-support", type=float, default=None)
-    timed.add_argument("--questions", type=int, default=24)
+    timed.add_argument("--questions", type=at_least_one, default=24)
     timed.add_argument("--config", default=str(ROOT / "configs/cpu.yaml"))
     args = parser.parse_args()
     try:

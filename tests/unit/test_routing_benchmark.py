@@ -10,11 +10,13 @@ from benchmarks.routing import (
     SHIPPED,
     answers_agree,
     apply,
+    at_least_one,
     choose_check,
     choose_logistic,
     not_found_separation,
     paired_interval,
     policy_outcome,
+    route_config,
     sweep,
     with_confidence,
     with_sample,
@@ -301,3 +303,23 @@ def test_the_benchmarks_shipped_policy_is_the_documented_example():
     assert SHIPPED["cascade"] is route.get("cascade", True)  # on by default
     cpu = yaml.safe_load((REPO / "configs/cpu.yaml").read_text())
     assert SHIPPED["small_support"] == cpu["query"]["min_answer_support"]
+
+
+def test_timing_refuses_a_bad_route_or_count_before_any_engine_starts():
+    """`timing --route` is a RouteConfig checked at parse time; counts are 1 or more."""
+    import argparse
+
+    assert route_config('{"min_check": 0.85, "compares": false}').min_check == 0.85
+    refused = {
+        '{"max_word": 3}': "max_word: Extra inputs",
+        "nope": "not JSON",
+        "[1]": "give a JSON object",
+        '{"min_check": 2}': "min_check: Input should be",
+    }
+    for text, reason in refused.items():
+        with pytest.raises(argparse.ArgumentTypeError, match=reason):
+            route_config(text)
+    assert at_least_one("24") == 24
+    for text in ("0", "-2", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="1 or more"):
+            at_least_one(text)
