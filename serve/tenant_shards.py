@@ -1,24 +1,47 @@
 """One tenant's shard as the ingress calls it: the Shards deployment's operations as typed
 methods, each routed to the replica that holds the tenant (its multiplexed model id).
 
+With several nodes one replica owns each tenant's shard (serve/shard_owners.py), and Serve's
+multiplexing prefers that replica without promising it: a request it sends elsewhere (the
+owner busy, or its routing table not yet told who holds the tenant) is refused there before
+anything is applied (ShardOwnedElsewhereError), and is sent again (``to_owner``).
+
 Vector-store operations name the VectorStoreCatalog method itself (``catalog(
 VectorStoreCatalog.get_store, store_id)``): typed, checked by the replica, never a string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import numpy as np
 
 from index.access import KEEP, Access
 from index.pipeline import IngestResult
 from index.store.collections import VectorStoreCatalog
 from index.store.uploads import UploadRecord
-from index.types import DocumentRecord
+from index.types import DocumentRecord, SearchHit
+from serve.query.retrieval import SearchParams
+from serve.shard_owners import ShardOwnedElsewhereError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 StoredFile = DocumentRecord | UploadRecord
+RESEND_AFTER_S = (0.1, 0.3, 0.6, 1.0)  # a misrouted request's waits before each retry
+
+
+async def to_owner(call: Callable[[], Awaitable[R]]) -> R:
+    """``call`` (one request to the Shards deployment), sent again while it reaches a replica
+    that does not own the tenant's shard; the refusal stands (a 503 with Retry-After) once the
+    retries are spent: the owner's node is gone and its lease has not run out yet."""
+    for wait in RESEND_AFTER_S:
+        try:
+            return await call()
+        except ShardOwnedElsewhereError:  # refused before anything was applied: safe to resend
+            await asyncio.sleep(wait)
+    return await call()
 
 
 class TenantShards:
@@ -28,35 +51,49 @@ class TenantShards:
         self.tenant = tenant
         self._handle = handle.options(multiplexed_model_id=tenant)
 
+    async def _remote(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await to_owner(lambda: getattr(self._handle, method).remote(*args, **kwargs))
+
+    async def embedder_model(self) -> str:
+        """The model id the tenant's shard was built with (its queries are embedded with it)."""
+        return await self._remote("embedder_model")
+
+    async def search(
+        self, query: str, vector: np.ndarray | None, model_id: str | None, k: int,
+        params: SearchParams,
+    ) -> tuple[str, list[tuple[SearchHit, float]] | None]:  # fmt: skip
+        """(the shard's model id, hits); no hits when ``vector`` came from another model."""
+        return await self._remote("search", query, vector, model_id, k, params)
+
     async def upload(
         self, file_name: str, data: bytes, wait_s: float, access: Access | str = KEEP
     ) -> tuple[IngestResult | None, StoredFile | None]:
         """Keep and ingest the upload (for ``access``: index/access.py), waiting up to
         ``wait_s``: (result, record) when it ended in time, (None, the upload in progress)
         when it goes on."""
-        return await self._handle.upload.remote(file_name, data, wait_s, access)
+        return await self._remote("upload", file_name, data, wait_s, access)
 
     async def set_access(self, doc_id: str, access: Access) -> None:
-        await self._handle.set_access.remote(doc_id, access)
+        await self._remote("set_access", doc_id, access)
 
     async def files(self) -> tuple[list[DocumentRecord], list[UploadRecord]]:
-        return await self._handle.files.remote()
+        return await self._remote("files")
 
     async def file(self, doc_id: str) -> StoredFile:
-        return await self._handle.file.remote(doc_id)
+        return await self._remote("file", doc_id)
 
     async def text(self, doc_id: str) -> str:
-        return await self._handle.text.remote(doc_id)
+        return await self._remote("text", doc_id)
 
     async def content(self, doc_id: str, as_text: bool) -> tuple[Any, ...]:
         """("original", file name, bytes) or ("text", text)."""
-        return await self._handle.content.remote(doc_id, as_text)
+        return await self._remote("content", doc_id, as_text)
 
     async def delete(self, doc_id: str) -> None:
-        await self._handle.delete.remote(doc_id)
+        await self._remote("delete", doc_id)
 
     async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
-        return await self._handle.attributes.remote(doc_ids)
+        return await self._remote("attributes", doc_ids)
 
     async def catalog(
         self,
@@ -65,7 +102,7 @@ class TenantShards:
         **kwargs: P.kwargs,
     ) -> R:
         """One VectorStoreCatalog operation on the tenant's shard (the stores live there)."""
-        return await self._handle.catalog.remote(operation, *args, **kwargs)
+        return await self._remote("catalog", operation, *args, **kwargs)
 
 
 def check_catalog_operation(operation: Callable) -> None:

@@ -41,7 +41,7 @@ from serve.shard_owners import (
     replay,
     upload_entry,
 )
-from serve.tenant_shards import check_catalog_operation
+from serve.tenant_shards import TenantShards, check_catalog_operation
 
 log = logging.getLogger("grounded")
 
@@ -116,24 +116,45 @@ class Shards:
 
     async def _shard(self) -> TenantShard:
         tenant = serve.get_multiplexed_model_id()
-        shard = await self.get_shard(tenant)
         if self.owners is not None and tenant not in self.leases:
             async with self.writing.setdefault(tenant, asyncio.Lock()):
                 if tenant not in self.leases:
-                    await self._own(shard, tenant)
-        return shard
+                    return await self._own(tenant)
+        return await self.get_shard(tenant)
 
-    async def _own(self, shard: TenantShard, tenant: str) -> None:
+    async def _own(self, tenant: str) -> TenantShard:
         """Take the tenant's lease (ShardOwnedElsewhereError, a 503, while another replica
-        holds it) and bring this node's copy up to the tenant's log."""
+        holds it), then load its shard and bring this node's copy up to the tenant's log.
+
+        The lease comes first: Serve routes a tenant to the replicas that report it loaded,
+        and a replica reports a tenant as soon as its load begins (Ray 2.60 may go on
+        reporting it after the load failed). A replica that cannot own the tenant never
+        loads it, so it draws none of the tenant's requests. The index service starts
+        before (its first start is slow), and a replay that outlasts the lease takes it
+        again and replays what came meanwhile."""
         import ray
 
         holder = serve.get_replica_context().replica_id.unique_id
         node = ray.get_runtime_context().get_node_id()
+        await self._service()
         lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
-        started = time.perf_counter()
-        applied = await asyncio.to_thread(replay, self.owners, tenant, Replayed(shard.directory),
-                                          self._replayed_upload(shard, tenant), shard)  # fmt: skip
+        try:
+            shard = await self.get_shard(tenant)
+            started, applied = time.perf_counter(), 0
+            position, ingest = Replayed(shard.directory), self._replayed_upload(shard, tenant)
+            while True:
+                applied += await asyncio.to_thread(
+                    replay, self.owners, tenant, position, ingest, shard
+                )
+                try:
+                    lease = await asyncio.to_thread(self.owners.renew, lease)
+                    break
+                except LeaseLostError:  # ran out during the replay: again, if still free
+                    lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
+        except BaseException:  # its next owner need not wait for the lease to run out
+            with contextlib.suppress(GroundedError):
+                await asyncio.to_thread(self.owners.release, lease)
+            raise
         if applied:
             log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
                      time.perf_counter() - started)  # fmt: skip
@@ -141,6 +162,7 @@ class Shards:
         await self._resume_uploads(shard, tenant)
         if self._renewing is None or self._renewing.done():
             self._renewing = asyncio.get_running_loop().create_task(self._renew())
+        return shard
 
     def _replayed_upload(self, shard: TenantShard, tenant: str):
         """A logged upload, applied as it was when it came (kept, then ingested), in the
@@ -386,7 +408,7 @@ def _deleted(doc_id: str, file_name: str) -> IngestResult:
 
 class RemoteSearcher:
     """The query pipeline's Searcher in the appliance: embedder deployment, then the shard
-    deployment with the tenant as multiplexed id."""
+    deployment with the tenant as multiplexed id (serve/tenant_shards.py)."""
 
     def __init__(self, embedder, shards) -> None:
         self.embedder, self.shards = embedder, shards
@@ -395,16 +417,16 @@ class RemoteSearcher:
     async def search(
         self, tenant: str, query: str, k: int, params: SearchParams
     ) -> list[tuple[SearchHit, float]]:
-        shards = self.shards.options(multiplexed_model_id=tenant)
+        shards = TenantShards(self.shards, tenant)
         if params.mode == "lexical":
-            return (await shards.search.remote(query, None, None, k, params))[1]
+            return (await shards.search(query, None, None, k, params))[1]
         if tenant not in self.models:
-            self.models[tenant] = await shards.embedder_model.remote()
+            self.models[tenant] = await shards.embedder_model()
         for _ in range(3):  # a reindex may move the shard to another model between the calls
             started = time.perf_counter()
             vector = await self.embedder.embed_query.remote(query, tenant, self.models[tenant])
             metrics().stage.observe(time.perf_counter() - started, tags={"stage": "embed"})
-            model, hits = await shards.search.remote(query, vector, self.models[tenant], k, params)
+            model, hits = await shards.search(query, vector, self.models[tenant], k, params)
             self.models[tenant] = model
             if hits is not None:
                 return hits

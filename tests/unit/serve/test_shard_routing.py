@@ -1,0 +1,172 @@
+"""A tenant's requests reach the replica that owns its shard (several nodes): a Shards replica
+takes the tenant's lease before it loads the shard, so a replica refused the lease never counts
+the tenant loaded in Serve's routing (serve/deployments/shards.py); and the ingress sends a
+request refused by a replica that does not own the tenant again (serve/tenant_shards.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+import ray
+from ray import serve
+from ray.exceptions import RayTaskError
+
+import serve.tenant_shards as tenant_shards
+from index.config import IndexConfig
+from index.service import IndexService
+from index.testing import HashingEmbedder
+from serve.config import load_config
+from serve.deployments.shards import Shards
+from serve.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
+from serve.tenant_shards import to_owner
+
+pytestmark = pytest.mark.unit
+TENANT = "acme"
+
+
+def held() -> ShardOwnedElsewhereError:
+    """The refusal as the ingress receives it from a replica: wrapped by Ray."""
+    cause = ShardOwnedElsewhereError(f"tenant {TENANT!r}'s shard is held by r2", retry_after=4)
+    return RayTaskError("Shards.search", "traceback", cause).as_instanceof_cause()
+
+
+class Calls:
+    """A Shards call that is refused ``refusals`` times, then answers."""
+
+    def __init__(self, refusals: int, error=held) -> None:
+        self.refusals, self.error, self.count = refusals, error, 0
+
+    async def __call__(self) -> str:
+        self.count += 1
+        if self.count <= self.refusals:
+            raise self.error()
+        return "hits"
+
+
+@pytest.fixture
+def no_waits(monkeypatch):
+    monkeypatch.setattr(tenant_shards, "RESEND_AFTER_S", (0.0, 0.0, 0.0))
+
+
+def test_a_request_refused_by_a_replica_that_does_not_own_the_tenant_is_sent_again(no_waits):
+    call = Calls(refusals=2)
+    assert asyncio.run(to_owner(call)) == "hits"
+    assert call.count == 3
+
+
+def test_the_refusal_reaches_the_client_once_the_retries_are_spent(no_waits):
+    call = Calls(refusals=10)
+    with pytest.raises(ShardOwnedElsewhereError) as refused:
+        asyncio.run(to_owner(call))
+    assert call.count == 4  # the first try and one per wait
+    assert "held by r2" in refused.value.message  # the 503's message (serve/api.py)
+    assert refused.value.retry_after == 4  # the lease's remaining time: its Retry-After
+
+
+def test_other_failures_are_not_sent_again(no_waits):
+    call = Calls(refusals=1, error=lambda: ValueError("bad request"))
+    with pytest.raises(ValueError, match="bad request"):
+        asyncio.run(to_owner(call))
+    assert call.count == 1
+
+
+class Owners:
+    """The lease server as a Shards replica sees it: free, or held by another replica."""
+
+    lease_s = 60.0
+
+    def __init__(self, events: list[str], held_elsewhere: bool, runs_out: int = 0) -> None:
+        self.events, self.held_elsewhere, self.runs_out = events, held_elsewhere, runs_out
+
+    def acquire(self, tenant: str, holder: str, node: str) -> ShardLease:
+        self.events.append("acquire")
+        if self.held_elsewhere:
+            raise ShardOwnedElsewhereError(f"tenant {tenant!r}'s shard is held by r2")
+        return ShardLease(tenant, holder, node, token=1, expires=1e12)
+
+    def entries(self, tenant: str, after: int = 0):
+        self.events.append("replay")
+        return iter(())
+
+    def renew(self, lease: ShardLease) -> ShardLease:
+        self.events.append("renew")
+        if self.runs_out:  # the lease ran out while the replica replayed
+            self.runs_out -= 1
+            raise LeaseLostError(f"lease on {lease.tenant!r} lost")
+        return lease
+
+    def release(self, lease: ShardLease) -> None:
+        self.events.append("release")
+
+
+@pytest.fixture
+def replica(tmp_path, monkeypatch):
+    """A Shards replica of a cluster (several nodes) outside Ray: its lease server and the
+    shard loads Serve would run recorded in ``events``."""
+    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: TENANT)
+    context = SimpleNamespace(replica_id=SimpleNamespace(unique_id="r1"))
+    monkeypatch.setattr(serve, "get_replica_context", lambda: context)
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n1")
+    )
+    service = IndexService(IndexConfig(), tmp_path, embedder=HashingEmbedder()).start()
+    shards = Shards(load_config(None, data_dir=tmp_path), embedder=None)
+    shards.service, shards.events, shards.fail_load = service, [], False
+
+    async def load(tenant: str):  # Serve's multiplexed load: the tenant counts as loaded here
+        shards.events.append("load")
+        if shards.fail_load:
+            raise OSError("disk full")
+        shard = service.open_shard(tenant, create=True)
+        shards.loaded[tenant] = shard
+        return shard
+
+    shards.get_shard = load
+    return shards
+
+
+def own(shards: Shards, held_elsewhere: bool = False, runs_out: int = 0):
+    """The replica's shard for the tenant, as a request gets it; its renewals stopped."""
+    shards.owners = Owners(shards.events, held_elsewhere, runs_out)
+
+    async def request():
+        try:
+            return await shards._shard()
+        finally:
+            if shards._renewing is not None:
+                shards._renewing.cancel()
+
+    return asyncio.run(request())
+
+
+def test_a_replica_refused_the_lease_never_loads_the_tenant(replica):
+    with pytest.raises(ShardOwnedElsewhereError, match="held by r2"):
+        own(replica, held_elsewhere=True)
+    assert replica.events == ["acquire"]  # Serve never began to load it: no routing to it
+    assert TENANT not in replica.leases
+
+
+def test_the_owner_takes_the_lease_then_loads_and_replays(replica):
+    shard = own(replica)
+    assert replica.events == ["acquire", "load", "replay", "renew"]
+    assert replica.leases[TENANT].holder == "r1" and shard.tenant == TENANT
+    own(replica)  # owned: later requests only load (Serve's cache)
+    assert replica.events == ["acquire", "load", "replay", "renew", "load"]
+
+
+def test_a_replay_that_outlasts_the_lease_takes_it_again_and_replays_what_came_meanwhile(
+    replica,
+):
+    own(replica, runs_out=1)
+    assert replica.events == ["acquire", "load", "replay", "renew", "acquire", "replay", "renew"]
+    assert TENANT in replica.leases
+
+
+def test_a_load_that_fails_gives_the_lease_back(replica):
+    replica.fail_load = True
+    with pytest.raises(OSError, match="disk full"):
+        own(replica)
+    assert replica.events == ["acquire", "load", "release"]
+    assert TENANT not in replica.leases
