@@ -4,7 +4,9 @@ methods, each routed to the replica that holds the tenant (its multiplexed model
 With several nodes one replica owns each tenant's shard (serve/shard_owners.py), and Serve's
 multiplexing prefers that replica without promising it: a request it sends elsewhere (the
 owner busy, or its routing table not yet told who holds the tenant) is refused there before
-anything is applied (ShardOwnedElsewhereError), and is sent again (``to_owner``).
+anything is applied (ShardOwnedElsewhereError), as is a write that reached an owner whose lease
+ran out (LeaseLostError: its next request takes the lease again); both are sent again
+(``to_owner``).
 
 Vector-store operations name the VectorStoreCatalog method itself (``catalog(
 VectorStoreCatalog.get_store, store_id)``): typed, checked by the replica, never a string.
@@ -24,7 +26,7 @@ from index.store.collections import VectorStoreCatalog
 from index.store.uploads import UploadRecord
 from index.types import DocumentRecord, SearchHit
 from serve.query.retrieval import SearchParams
-from serve.shard_owners import ShardOwnedElsewhereError
+from serve.shard_owners import LeaseLostError, ShardOwnedElsewhereError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,13 +35,13 @@ RESEND_AFTER_S = (0.1, 0.3, 0.6, 1.0)  # a misrouted request's waits before each
 
 
 async def to_owner(call: Callable[[], Awaitable[R]]) -> R:
-    """``call`` (one request to the Shards deployment), sent again while it reaches a replica
-    that does not own the tenant's shard; the refusal stands (a 503 with Retry-After) once the
-    retries are spent: the owner's node is gone and its lease has not run out yet."""
+    """``call`` (one request to the Shards deployment), sent again while a replica refuses it
+    for not owning the tenant's shard; the refusal stands (a 503) once the retries are spent:
+    the owner's node is gone and its lease has not run out yet (Retry-After says how long)."""
     for wait in RESEND_AFTER_S:
         try:
             return await call()
-        except ShardOwnedElsewhereError:  # refused before anything was applied: safe to resend
+        except (ShardOwnedElsewhereError, LeaseLostError):  # nothing applied: safe to resend
             await asyncio.sleep(wait)
     return await call()
 

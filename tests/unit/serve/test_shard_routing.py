@@ -32,6 +32,12 @@ def held() -> ShardOwnedElsewhereError:
     return RayTaskError("Shards.search", "traceback", cause).as_instanceof_cause()
 
 
+def lost() -> LeaseLostError:
+    """A write refused by a replica whose lease ran out (nothing logged, nothing applied)."""
+    cause = LeaseLostError(f"this replica no longer owns tenant {TENANT!r}'s shard")
+    return RayTaskError("Shards.upload", "traceback", cause).as_instanceof_cause()
+
+
 class Calls:
     """A Shards call that is refused ``refusals`` times, then answers."""
 
@@ -50,8 +56,11 @@ def no_waits(monkeypatch):
     monkeypatch.setattr(tenant_shards, "RESEND_AFTER_S", (0.0, 0.0, 0.0))
 
 
-def test_a_request_refused_by_a_replica_that_does_not_own_the_tenant_is_sent_again(no_waits):
-    call = Calls(refusals=2)
+@pytest.mark.parametrize("refusal", [held, lost], ids=["owned elsewhere", "lease lost"])
+def test_a_request_refused_by_a_replica_that_does_not_own_the_tenant_is_sent_again(
+    no_waits, refusal
+):
+    call = Calls(refusals=2, error=refusal)
     assert asyncio.run(to_owner(call)) == "hits"
     assert call.count == 3
 
