@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from index.access import Reader
 from index.config import IndexConfig
 from index.store.rows import Manifest, PreparedDocument
 from index.store.shard import TenantShard
@@ -87,7 +88,7 @@ def measure(shard, vectors, owners, fraction: float, queries: int, seed: int = 1
                        [('["group:board"]', d) for d in hidden])  # fmt: skip
     mask = np.isin(owners, list(visible))
     recalls, own, filtered_s, unfiltered_s = [], [], [], []
-    asker = SearchFilter(readable_by=frozenset({"group:staff"}))
+    asker = SearchFilter(readable_by=Reader("user:asker", frozenset({"group:staff"})))
     for _ in range(queries):
         target = vectors[rng.choice(np.flatnonzero(mask))]
         query = target + 0.05 * rng.standard_normal(DIMENSION).astype(np.float32)

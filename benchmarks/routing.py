@@ -40,6 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from benchmarks.retrieval_quality import CACHE
+from index.access import Reader
 from index.errors import InvalidRequestError
 from serve.eval.metrics import answer_matches
 from serve.eval.run import load_questions
@@ -281,8 +282,12 @@ async def timing(args: argparse.Namespace) -> None:
     chosen: dict[str, list[str]] = {label: [] for label, model, _ in policies if model is None}
     # Each policy reads as its own reader (a cache salt of its own): no policy's prompts are
     # found in the prefix cache because another asked the same question before it.
-    salted = {label: QueryOptions(search_filter=SearchFilter(readable_by=frozenset({label})))
-              for label in seconds}  # fmt: skip
+    salted = {
+        label: QueryOptions(
+            search_filter=SearchFilter(readable_by=Reader(label, frozenset({label})))
+        )
+        for label in seconds
+    }
     try:
         for language, q in sample:
             for label, model, _ in policies:

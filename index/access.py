@@ -2,16 +2,26 @@
 
 A document's access list is None (the whole tenant: every key of the tenant reads it, as
 before access lists existed) or a set of principals: ``user:<name>`` (a user, as an API key
-or an identity provider names them) and ``group:<name>``. An identity reads a document when
-one of its principals is on the list; an identity with the ``admin`` scope reads every
-document of its tenant. Retrieval filters by access before it ranks (index/store/shard.py
-``visible_doc_ids``), so a restricted document never takes a place in anyone's top k.
+or an identity provider names them) and ``group:<name>``. A document also has an owner: the
+identity that created it (``user:<name>``, or ``key:<id>`` for a key that names no user);
+None for a document ingested from a path by an operator.
+
+Every read and write of a shard takes a ``Reader``, the identity the server established for
+the request; there is no default that means "everything" (an admin's Reader says so itself).
+A Reader reads a document when one of its principals is on the list, or when the list is the
+whole tenant; it writes (a new version, a new list, a delete) a document it owns and reads
+(an owner that took itself off the list reads it no more: an admin gives it back); an admin
+reads and writes every document of its tenant. What one reads depends on its principals only,
+so identities with the same principals share cached prompts (serve/query/prompt.py).
+Retrieval filters by access before it ranks (index/store/shard.py ``visible_doc_ids``), so a
+restricted document never takes a place in anyone's top k.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from index.errors import InvalidRequestError
 
@@ -31,7 +41,13 @@ def parse_access(values: Iterable[str] | str | None, param: str = "access") -> A
     if isinstance(values, str):
         values = values.split(",")
     chosen = tuple(dict.fromkeys(v.strip() for v in values if v.strip()))
-    if not chosen or chosen == (EVERYONE,):
+    if not chosen:  # "", [], "  ", ",": a slip, never a way to open a document
+        raise InvalidRequestError(
+            f"{param} is empty: name its readers (user:<name> or group:<name>, separated by "
+            "commas), or write 'tenant' to open it to everyone in the tenant",
+            param=param,
+        )
+    if chosen == (EVERYONE,):
         return None
     bad = [v for v in chosen if not _PRINCIPAL.match(v)]
     if bad:
@@ -50,6 +66,28 @@ def principals_of(user: str | None, groups: Iterable[str]) -> frozenset[str]:
     return frozenset(held | ({f"user:{user}"} if user else set()))
 
 
-def may_read(access: Access, principals: frozenset[str] | None) -> bool:
-    """``principals`` None: an identity that reads everything in its tenant (admin)."""
-    return access is None or principals is None or not principals.isdisjoint(access)
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Who reads or writes a tenant's documents: ``identity`` (``user:<name>``, ``key:<id>``:
+    the owner of what it creates), the principals it holds, and whether it is an admin."""
+
+    identity: str
+    principals: frozenset[str] = frozenset()
+    admin: bool = False
+
+    @property
+    def readers(self) -> frozenset[str] | None:
+        """The principals its reads are limited to; None: every document (an admin)."""
+        return None if self.admin else self.principals
+
+    def may_read(self, access: Access) -> bool:
+        return self.admin or access is None or not self.principals.isdisjoint(access)
+
+    def may_write(self, access: Access, owner: str | None) -> bool:
+        """A new version, a new access list, a delete: its owner's (while it reads it), or
+        an admin's."""
+        return self.admin or (owner == self.identity and self.may_read(access))
+
+
+# The tenant's operator (the CLI on the machine, a replay of what was already allowed).
+OPERATOR = Reader("operator", admin=True)

@@ -32,6 +32,12 @@ class ConfigError(InvalidRequestError):
     """A configuration value is invalid; ``param`` names the field."""
 
 
+class ConflictError(InvalidRequestError):
+    """The request is valid but the object is not in a state that allows it yet."""
+
+    status = 409
+
+
 class InvalidTenantError(InvalidRequestError):
     param = "tenant"
 

@@ -39,7 +39,8 @@ class SourceFile:
     """A file to ingest: a stable ``source`` key (its absolute path, or an upload name) and how
     to read its bytes. The document id is derived from ``source`` unless given. ``access``:
     who may read it (index/access.py; None, the whole tenant); KEEP, a new document is the
-    tenant's and a stored one keeps its list."""
+    tenant's and a stored one keeps its list. ``owner``: who creates it (a stored document
+    keeps the owner it has)."""
 
     source: str
     file_name: str
@@ -47,6 +48,7 @@ class SourceFile:
     doc_id: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
     access: Access | Literal["keep"] = KEEP
+    owner: str | None = None
 
     @classmethod
     def from_path(cls, path: Path) -> SourceFile:
@@ -209,6 +211,7 @@ class IngestPipeline:
             tuple(find_instructions(document.text, self.judge)),
             LOADER_VERSION,
             access,
+            source.owner,
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:

@@ -82,6 +82,7 @@ class DocumentRecord:
     flagged: tuple[tuple[int, int, str], ...] = ()  # (start, end, reason) in the text
     # Who may read it (index/access.py): None, the whole tenant; else user:/group: principals.
     access: tuple[str, ...] | None = None
+    owner: str | None = None  # who created it (user:<name>, key:<id>); None: an operator
 
 
 @dataclass(frozen=True, slots=True)

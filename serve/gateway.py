@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
-from index.access import may_read
-from index.errors import DocumentNotFoundError, GroundedError, InvalidRequestError
+from index.errors import GroundedError, InvalidRequestError
 from index.store.collections import VectorStoreCatalog
 from serve.api import ModelNotFoundError
 from serve.audit import AuditEntry, AuditLog
@@ -34,7 +33,7 @@ from serve.query.pipeline import Answer, QueryOptions, QueryPipeline
 from serve.query.prompt import Turn
 from serve.query.retrieval import SearchFilter
 from serve.query.routing import MODEL_ID
-from serve.response_store import ResponseStore
+from serve.response_store import ResponseStore, response_not_found
 from serve.tenant_shards import TenantShards
 
 
@@ -96,32 +95,27 @@ class Gateway:
         return key
 
     def scoped(self, key: ApiKey, options: QueryOptions) -> QueryOptions:
-        """``options`` limited to the documents ``key`` may read (index/access.py): every
-        search of the API goes through here, so a restricted document is never a candidate
-        for anyone else (filtered before ranking, not after)."""
+        """``options`` as the caller: the shards search only what it may read (filtered
+        before ranking, not after); every search of the API goes through here."""
         narrowed = dataclasses.replace(
-            options.search_filter or SearchFilter(), readable_by=key.readers
+            options.search_filter or SearchFilter(), readable_by=key.reader
         )
         return dataclasses.replace(options, search_filter=narrowed)
 
-    async def readable_file(self, key: ApiKey, file_id: str):
-        """The caller's file (a document, or an upload being ingested), or 404: another
-        tenant's ids, and documents the key may not read, are answered exactly like ids
-        that never existed."""
-        try:
-            record = await self.shards_for(key.tenant).file(file_id)
-        except DocumentNotFoundError:
-            record = None
-        if record is None or not may_read(getattr(record, "access", None), key.readers):
-            raise DocumentNotFoundError(f"no such file: {file_id}")
-        return record
-
-    async def hidden_files(self, key: ApiKey) -> set[str]:
-        """The ids of the tenant's documents ``key`` may not read (none for an admin)."""
-        if key.readers is None:
-            return set()
-        documents, _ = await self.shards_for(key.tenant).files()
-        return {d.doc_id for d in documents if not may_read(d.access, key.readers)}
+    async def stored_response(
+        self, key: ApiKey, response_id: str, part: str
+    ) -> tuple[Any, list[str]]:
+        """(``part`` of a stored response, the documents it quoted): read by its creator (or
+        an admin), and only while the caller may still read every document it quoted (a
+        group lost since, a list changed, a document deleted: 404, as for any absent id)."""
+        value, documents = await asyncio.to_thread(
+            self.responses.read, key.tenant, key.owner, response_id, part
+        )
+        if documents:
+            readable = await self.shards_for(key.tenant).readable(key.reader, documents)
+            if readable != set(documents):
+                raise response_not_found(response_id)
+        return value, documents
 
     def shards_for(self, tenant: str) -> TenantShards:
         """``tenant``'s shard: the Shards deployment, routed to the replica holding it."""
@@ -300,12 +294,13 @@ class Gateway:
         m.add(m.invalid_citations, answer.invalid_citations_removed)
 
     async def stores_filter(
-        self, tenant: str, store_ids: list[str], filters: dict[str, Any] | None
+        self, key: ApiKey, store_ids: list[str], filters: dict[str, Any] | None
     ) -> tuple[SearchFilter | None, dict[str, dict[str, Any]]]:
         """Retrieval narrowed to the caller's vector stores: the documents that are members
         of any of them and whose membership attributes pass ``filters`` (OpenAI's comparison
         and compound filters), with those attributes. ``vs_<tenant>`` is the tenant's whole
         document set (no narrowing), which has no attributes to filter on."""
+        tenant = key.tenant
         alias = f"vs_{tenant}"
         if alias in store_ids or tenant in store_ids:
             if filters is not None:
@@ -316,7 +311,7 @@ class Gateway:
                 )
             return None, {}
         members = await self.shards_for(tenant).catalog(
-            VectorStoreCatalog.matching_members, store_ids, filters
+            key.reader, VectorStoreCatalog.matching_members, store_ids, filters
         )
         return SearchFilter(doc_ids=tuple(members)), members
 

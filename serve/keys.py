@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from index.access import parse_access, principals_of
+from index.access import Reader, parse_access, principals_of
 from index.durable import write_atomic
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
@@ -62,10 +62,11 @@ class ApiKey:
         return None if "admin" in self.scopes else self.identity
 
     @property
-    def readers(self) -> frozenset[str] | None:
-        """The principals its searches and file reads are limited to; None (every document
-        of the tenant) for an ``admin`` key."""
-        return None if "admin" in self.scopes else principals_of(self.user, self.groups)
+    def reader(self) -> Reader:
+        """Who it reads and writes documents as (index/access.py): every shard call takes
+        it; an ``admin`` key reads and writes every document of its tenant."""
+        return Reader(self.identity, principals_of(self.user, self.groups),
+                      admin="admin" in self.scopes)  # fmt: skip
 
     @property
     def active(self) -> bool:
@@ -194,7 +195,8 @@ def new_key(
     validate_tenant(tenant)
     groups = tuple(dict.fromkeys(g.strip() for g in groups if g.strip()))
     named = [*([f"user:{user}"] if user else []), *(f"group:{g}" for g in groups)]
-    parse_access(named, param="user" if user and not groups else "groups")  # well formed
+    if named:  # well formed
+        parse_access(named, param="user" if user and not groups else "groups")
     secret = PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
         id="key_" + secrets.token_hex(6), tenant=tenant, scopes=parse_scopes(scopes),

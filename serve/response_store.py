@@ -7,6 +7,8 @@ Every read and delete names the tenant with the id, so another tenant's response
 absent: the same 404 as an id that never existed. Inside a tenant a response is read by the
 identity that created it (``owner``: its user, or its key), and by admins (``owner`` None when
 reading); responses stored before owners were recorded stay readable by the whole tenant.
+Each response records the documents it quoted (``documents``, with those of the responses it
+continues): the Gateway shows it only while the caller may still read every one of them.
 """
 
 from __future__ import annotations
@@ -33,11 +35,21 @@ CREATE TABLE IF NOT EXISTS responses (
     PRIMARY KEY (tenant, id)
 )
 """,
+    # The documents it quoted (and those its earlier turns quoted): a JSON list of ids.
+    "ALTER TABLE responses ADD COLUMN documents TEXT",
 )
 
 
 class ResponseNotFoundError(DocumentNotFoundError):
     pass
+
+
+def response_not_found(response_id: str) -> ResponseNotFoundError:
+    return ResponseNotFoundError(
+        f"no response {response_id!r}: it does not exist, was deleted, or was created with "
+        "store: false",
+        param="response_id",
+    )
 
 
 class ResponseStore:
@@ -60,13 +72,15 @@ class ResponseStore:
         input_items: list[dict[str, Any]],
         history: list[tuple[str, str]],
         owner: str | None = None,
+        documents: list[str] = (),
     ) -> None:
         with self.db.transaction() as db:
             db.execute(
-                "INSERT INTO responses(tenant, id, created_at, body, input_items, history, owner)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO responses(tenant, id, created_at, body, input_items, history, owner,"
+                " documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (tenant, response["id"], response["created_at"], json.dumps(response),
-                 json.dumps(input_items), json.dumps(history), owner),
+                 json.dumps(input_items), json.dumps(history), owner,
+                 json.dumps(sorted(set(documents)))),
             )  # fmt: skip
 
     def _row(self, tenant: str, owner: str | None, response_id: str, columns: str) -> tuple:
@@ -77,24 +91,19 @@ class ResponseStore:
                 (tenant, response_id, *(() if owner is None else (owner,))),
             ).fetchone()
         if row is None:
-            raise ResponseNotFoundError(
-                f"no response {response_id!r}: it does not exist, was deleted, or was created "
-                "with store: false",
-                param="response_id",
-            )
+            raise response_not_found(response_id)
         return row
 
-    def get(self, tenant: str, owner: str | None, response_id: str) -> dict[str, Any]:
-        return json.loads(self._row(tenant, owner, response_id, "body")[0])
-
-    def history(self, tenant: str, owner: str | None, response_id: str) -> list[tuple[str, str]]:
-        """The conversation that ``response_id`` ended: its earlier turns, its input and its
-        answer, oldest first."""
-        row = self._row(tenant, owner, response_id, "history")
-        return [tuple(turn) for turn in json.loads(row[0])]
-
-    def input_items(self, tenant: str, owner: str | None, response_id: str) -> list[dict]:
-        return json.loads(self._row(tenant, owner, response_id, "input_items")[0])
+    def read(
+        self, tenant: str, owner: str | None, response_id: str, part: str
+    ) -> tuple[Any, list[str]]:
+        """(``part``, the documents the response quoted): ``body`` (the response object),
+        ``history`` (the conversation it ended: [role, text] turns, oldest first) or
+        ``input_items``."""
+        if part not in ("body", "history", "input_items"):
+            raise ValueError(f"not a part of a stored response: {part!r}")
+        value, documents = self._row(tenant, owner, response_id, f"{part}, documents")
+        return json.loads(value), json.loads(documents or "[]")
 
     def delete(self, tenant: str, owner: str | None, response_id: str) -> None:
         self._row(tenant, owner, response_id, "id")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.access import KEEP
+from index.access import KEEP, OPERATOR, Reader
 from index.durable import write_atomic
 from index.errors import DocumentNotFoundError, GroundedError
 from index.store.collection_types import UNSET, FileSpec
@@ -211,22 +211,35 @@ class Replayed:
         write_atomic(self.path, str(seq).encode())
 
 
-def upload_entry(file_name: str, access: Any = KEEP) -> dict[str, Any]:
-    return {"file_name": file_name, "access": access}
+def upload_entry(file_name: str, access: Any = KEEP, owner: str | None = None) -> dict[str, Any]:
+    return {"file_name": file_name, "access": access, "owner": owner}
 
 
-def catalog_entry(method: str, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """A vector-store catalog change, with what makes its replay exact: the time it ran at
-    and the ids it gives what it creates."""
+def catalog_entry(method: str, reader: Reader, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A vector-store catalog change, with what makes its replay exact: who made it, the
+    time it ran at and the ids it gives what it creates."""
     if method not in MUTATIONS:
         raise ValueError(f"{method!r} does not change the catalog; one of {MUTATIONS}")
+    who = {"identity": reader.identity, "principals": sorted(reader.principals),
+           "admin": reader.admin}  # fmt: skip
     return {"method": method, "args": _encode(list(args)), "kwargs": _encode(kwargs),
-            "now": time.time(), "ids": {p: random_id(p) for p in ("vs_", "vsfb_")}}  # fmt: skip
+            "now": time.time(), "ids": {p: random_id(p) for p in ("vs_", "vsfb_")},
+            "reader": who}  # fmt: skip
+
+
+def reader_of(meta: dict[str, Any]) -> Reader:
+    """Who made a logged catalog change (the operator, for entries from before readers were
+    logged: they were allowed then)."""
+    who = meta.get("reader")
+    if who is None:
+        return OPERATOR
+    return Reader(who["identity"], frozenset(who["principals"]), admin=who["admin"])
 
 
 def catalog_of(shard, meta: dict[str, Any]) -> tuple[VectorStoreCatalog, tuple, dict]:
     """The catalog as ``meta`` (a catalog_entry) ran it, and the call's arguments."""
-    catalog = VectorStoreCatalog(shard, clock=lambda: meta["now"], new_id=meta["ids"].__getitem__)
+    catalog = VectorStoreCatalog(shard, reader_of(meta), clock=lambda: meta["now"],
+                                 new_id=meta["ids"].__getitem__)  # fmt: skip
     return catalog, tuple(_decode(meta["args"])), _decode(meta["kwargs"])
 
 
@@ -258,14 +271,15 @@ def _decode(value: Any) -> Any:
 
 
 def apply_entry(entry: LogEntry, ingest: Callable, shard) -> None:
-    """Apply one logged write to a local shard copy: ``ingest(file_name, data, access)``
+    """Apply one logged write to a local shard copy: ``ingest(file_name, data, access,
+    owner)``
     ingests an upload (the replica's own ingestion: parse, chunk, embed, store). A document
     already gone (the entry applied once before, or deleted by a later one) is skipped."""
     meta = entry.meta
     access = meta.get("access")
     access = tuple(access) if isinstance(access, list) else access  # JSON keeps tuples as lists
     if entry.op == "upload":
-        ingest(meta["file_name"], entry.data, access)
+        ingest(meta["file_name"], entry.data, access, meta.get("owner"))
         return
     if entry.op == "catalog":  # refused (a 4xx) as when it ran, or applied before: skipped
         catalog, args, kwargs = catalog_of(shard, meta)

@@ -8,7 +8,7 @@ anything is applied (ShardOwnedElsewhereError), as is a write that reached an ow
 ran out (LeaseLostError: its next request takes the lease again); both are sent again
 (``to_owner``).
 
-Vector-store operations name the VectorStoreCatalog method itself (``catalog(
+Vector-store operations name the VectorStoreCatalog method itself (``catalog(reader,
 VectorStoreCatalog.get_store, store_id)``): typed, checked by the replica, never a string.
 """
 
@@ -20,17 +20,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from index.access import KEEP, Access
+from index.access import KEEP, Access, Reader
 from index.pipeline import IngestResult
 from index.store.collections import VectorStoreCatalog
-from index.store.uploads import UploadRecord
 from index.types import DocumentRecord, SearchHit
 from serve.query.retrieval import SearchParams
+from serve.shard_host import StoredFile
 from serve.shard_owners import LeaseLostError, ShardOwnedElsewhereError
 
 P = ParamSpec("P")
 R = TypeVar("R")
-StoredFile = DocumentRecord | UploadRecord
 RESEND_AFTER_S = (0.1, 0.3, 0.6, 1.0)  # a misrouted request's waits before each retry
 
 
@@ -47,7 +46,8 @@ async def to_owner(call: Callable[[], Awaitable[R]]) -> R:
 
 
 class TenantShards:
-    """The Shards deployment (serve/deployments/shards.py) for ``tenant``."""
+    """The Shards deployment (serve/deployments/shards.py, over serve/shard_host.py's
+    ShardHost) for ``tenant``. Every read and write names the caller's Reader."""
 
     def __init__(self, handle, tenant: str) -> None:
         self.tenant = tenant
@@ -61,54 +61,52 @@ class TenantShards:
         return await self._remote("embedder_model")
 
     async def search(
-        self, query: str, vector: np.ndarray | None, model_id: str | None, k: int,
-        params: SearchParams,
+        self, reader: Reader, query: str, vector: np.ndarray | None, model_id: str | None,
+        k: int, params: SearchParams,
     ) -> tuple[str, list[tuple[SearchHit, float]] | None]:  # fmt: skip
         """(the shard's model id, hits); no hits when ``vector`` came from another model."""
-        return await self._remote("search", query, vector, model_id, k, params)
+        return await self._remote("search", reader, query, vector, model_id, k, params)
 
     async def upload(
-        self, file_name: str, data: bytes, wait_s: float, access: Access | str = KEEP
-    ) -> tuple[IngestResult | None, StoredFile | None]:
-        """Keep and ingest the upload (for ``access``: index/access.py), waiting up to
-        ``wait_s``: (result, record) when it ended in time, (None, the upload in progress)
-        when it goes on."""
-        return await self._remote("upload", file_name, data, wait_s, access)
+        self, reader: Reader, file_name: str, data: bytes, wait_s: float,
+        access: Access | str = KEEP,
+    ) -> tuple[IngestResult | None, StoredFile | None]:  # fmt: skip
+        """Keep and ingest ``reader``'s upload (for ``access``: index/access.py), waiting up
+        to ``wait_s``: (result, record) when it ended in time, (None, the upload in
+        progress) when it goes on."""
+        return await self._remote("upload", reader, file_name, data, wait_s, access)
 
-    async def set_access(self, doc_id: str, access: Access) -> None:
-        await self._remote("set_access", doc_id, access)
+    async def set_access(self, reader: Reader, doc_id: str, access: Access) -> DocumentRecord:
+        return await self._remote("set_access", reader, doc_id, access)
 
-    async def files(self) -> tuple[list[DocumentRecord], list[UploadRecord]]:
-        return await self._remote("files")
+    async def files(self, reader: Reader) -> list[StoredFile]:
+        return await self._remote("files", reader)
 
-    async def file(self, doc_id: str) -> StoredFile:
-        return await self._remote("file", doc_id)
+    async def file(self, reader: Reader, doc_id: str) -> StoredFile:
+        return await self._remote("file", reader, doc_id)
 
-    async def text(self, doc_id: str) -> str:
-        return await self._remote("text", doc_id)
+    async def readable(self, reader: Reader, doc_ids: list[str]) -> set[str]:
+        return await self._remote("readable", reader, doc_ids)
 
-    async def content(self, doc_id: str, as_text: bool) -> tuple[Any, ...]:
+    async def text(self, reader: Reader, doc_id: str) -> str:
+        return await self._remote("text", reader, doc_id)
+
+    async def content(self, reader: Reader, doc_id: str, as_text: bool) -> tuple[Any, ...]:
         """("original", file name, bytes) or ("text", text)."""
-        return await self._remote("content", doc_id, as_text)
+        return await self._remote("content", reader, doc_id, as_text)
 
-    async def delete(self, doc_id: str) -> None:
-        await self._remote("delete", doc_id)
+    async def delete(self, reader: Reader, doc_id: str) -> None:
+        await self._remote("delete", reader, doc_id)
 
-    async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
-        return await self._remote("attributes", doc_ids)
+    async def attributes(self, reader: Reader, doc_ids: list[str]) -> dict[str, dict[str, str]]:
+        return await self._remote("attributes", reader, doc_ids)
 
     async def catalog(
         self,
+        reader: Reader,
         operation: Callable[Concatenate[VectorStoreCatalog, P], R],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
-        """One VectorStoreCatalog operation on the tenant's shard (the stores live there)."""
-        return await self._remote("catalog", operation, *args, **kwargs)
-
-
-def check_catalog_operation(operation: Callable) -> None:
-    """A replica runs public VectorStoreCatalog methods only."""
-    name = getattr(operation, "__name__", "")
-    if name.startswith("_") or getattr(VectorStoreCatalog, name, None) is not operation:
-        raise ValueError(f"not a VectorStoreCatalog operation: {operation!r}")
+        """One VectorStoreCatalog operation on the tenant's shard, as ``reader``."""
+        return await self._remote("catalog", reader, operation, *args, **kwargs)

@@ -77,3 +77,26 @@ class ScriptedGenerator:
         p_yes = min(max(self.judge(self._rendered[hash(tuple(token_ids))]), 1e-9), 1 - 1e-9)
         yes, no = self.encode("yes")[0], self.encode("no")[0]
         return {yes: math.log(p_yes), no: math.log(1 - p_yes)}
+
+
+class LocalShards:
+    """serve/shard_host.py's ShardHost behind the shape of the Shards deployment's handle
+    (``options(multiplexed_model_id=...)``, then ``method.remote(...)``), in this process:
+    TenantShards (serve/tenant_shards.py) over it runs the real shard logic without Ray."""
+
+    def __init__(self, host, tenant: str | None = None) -> None:
+        self.host, self.tenant = host, tenant
+
+    def options(self, *, multiplexed_model_id: str) -> LocalShards:
+        return LocalShards(self.host, multiplexed_model_id)
+
+    def __getattr__(self, name: str):
+        operation = getattr(self.host, name)
+        tenant = self.tenant
+
+        class Method:
+            @staticmethod
+            def remote(*args, **kwargs):
+                return operation(tenant, *args, **kwargs)
+
+        return Method

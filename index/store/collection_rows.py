@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import Collection
 
+from index.access import Reader
 from index.store.collection_types import (
     DAY,
     FILE_STATUSES,
@@ -16,6 +17,7 @@ from index.store.collection_types import (
     VectorStoreFileRecord,
     file_not_found,
 )
+from index.store.rows import readable_sql
 
 MAX_FILES_PER_CALL = 2000  # OpenAI's file-batch limit
 FileRef = str | FileSpec
@@ -29,14 +31,29 @@ SIZE = "COALESCE(d.byte_count, length(u.data), 0)"
 NAME = "COALESCE(d.file_name, u.file_name, '')"
 
 
-def file_counts(db: sqlite3.Connection, where: str, value: str) -> tuple[FileCounts, int]:
-    """File counts by status and the members' total bytes, for a store or a batch."""
+def readable_member(reader: Reader) -> tuple[str, list[str]]:
+    """A SQL condition on ``FILE_JOIN``'s rows: the member is a document (or, before it is
+    one, an upload) that ``reader`` may read. Every read of the catalog's members applies
+    it, so that what a reader may not read is absent from pages, counts and cursors alike."""
+    document, by_document = readable_sql(reader, "d")
+    upload, by_upload = readable_sql(reader, "u")
+    sql = (f"(CASE WHEN d.doc_id IS NOT NULL THEN {document}"
+           f" WHEN u.doc_id IS NOT NULL THEN {upload} ELSE 0 END)")  # fmt: skip
+    return sql, [*by_document, *by_upload]
+
+
+def file_counts(
+    db: sqlite3.Connection, reader: Reader, where: str, value: str
+) -> tuple[FileCounts, int]:
+    """File counts by status and the members' total bytes, for a store or a batch: of the
+    members ``reader`` may read."""
     by_status = {status: 0 for status in FILE_STATUSES}
     usage = 0
+    readable, params = readable_member(reader)
     for status, count, size in db.execute(
         f"SELECT f.status, COUNT(*), SUM({SIZE}) FROM vector_store_files f {FILE_JOIN}"
-        f" WHERE {where} GROUP BY f.status",
-        (value,),
+        f" WHERE {where} AND {readable} GROUP BY f.status",
+        (value, *params),
     ):
         by_status[status], usage = count, usage + size
     return FileCounts(**by_status, total=sum(by_status.values())), usage
@@ -54,31 +71,46 @@ def placeholders(values: Collection) -> str:
     return ",".join("?" * len(values))
 
 
-def file_states(db: sqlite3.Connection, doc_ids: list[str]) -> dict[str, tuple[str, str | None]]:
-    """(membership status, last_error JSON) of each existing file: a stored document is
-    ``completed`` (while a new version of it is ingested, too: the stored one is searched);
-    a first upload still being ingested ``in_progress``; a refused one ``failed``, with why."""
+def file_states(
+    db: sqlite3.Connection, reader: Reader, doc_ids: list[str]
+) -> dict[str, tuple[str, str | None]]:
+    """(membership status, last_error JSON) of each file that exists and ``reader`` may
+    read: a stored document is ``completed`` (while a new version of it is ingested, too:
+    the stored one is searched); a first upload still being ingested ``in_progress``; a
+    refused one ``failed``, with why."""
     marks = placeholders(doc_ids)
+    by_upload, by_upload_params = readable_sql(reader, "u")
     uploads = db.execute(
-        f"SELECT doc_id, status, error FROM uploads WHERE doc_id IN ({marks})", doc_ids
+        f"SELECT u.doc_id, u.status, u.error FROM uploads u WHERE u.doc_id IN ({marks})"
+        f" AND u.doc_id NOT IN (SELECT doc_id FROM documents) AND {by_upload}",
+        (*doc_ids, *by_upload_params),
     )
     states: dict[str, tuple[str, str | None]] = {
         doc_id: ("in_progress", None) if status == "in_progress"
         else ("failed", json.dumps({"code": "invalid_file", "message": error}))
         for doc_id, status, error in uploads
     }  # fmt: skip
-    for (doc_id,) in db.execute(f"SELECT doc_id FROM documents WHERE doc_id IN ({marks})", doc_ids):
+    by_document, by_document_params = readable_sql(reader, "d")
+    documents = db.execute(
+        f"SELECT d.doc_id FROM documents d WHERE d.doc_id IN ({marks}) AND {by_document}",
+        (*doc_ids, *by_document_params),
+    )
+    for (doc_id,) in documents:
         states[doc_id] = ("completed", None)
     return states
 
 
-def file_record(db: sqlite3.Connection, store_id: str, doc_id: str) -> VectorStoreFileRecord:
-    """A store's member as the API shows it (404 when it is not one)."""
+def file_record(
+    db: sqlite3.Connection, reader: Reader, store_id: str, doc_id: str
+) -> VectorStoreFileRecord:
+    """A store's member as the API shows it (404 when it is not one, or when ``reader`` may
+    not read it: the same answer)."""
+    readable, params = readable_member(reader)
     row = db.execute(
         f"SELECT f.created_at, f.status, {SIZE}, f.attributes, f.chunking_strategy,"
         f" f.last_error, f.batch_id, {NAME} FROM vector_store_files f {FILE_JOIN}"
-        " WHERE f.store_id = ? AND f.doc_id = ?",
-        (store_id, doc_id),
+        f" WHERE f.store_id = ? AND f.doc_id = ? AND {readable}",
+        (store_id, doc_id, *params),
     ).fetchone()
     if row is None:
         raise file_not_found(store_id, doc_id)

@@ -25,14 +25,17 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.access import Reader
+from index.errors import DocumentNotFoundError, InvalidRequestError, PermissionDeniedError
 from index.store.collection_rows import (
+    FILE_JOIN,
     dump,
     expiry_time,
     file_counts,
     file_record,
     file_states,
     placeholders,
+    readable_member,
 )
 from index.store.collection_types import (
     FILE_STATUSES,
@@ -68,13 +71,20 @@ def random_id(prefix: str) -> str:
 
 
 class VectorStoreCatalog:
-    """The vector stores of one started ``TenantShard``. Plain synchronous methods, safe to
-    call from threads (each is one transaction under the shard's lock); results are frozen,
-    picklable dataclasses. The clock is injected for expiry tests."""
+    """The vector stores of one started ``TenantShard``, as ``reader`` sees them. Plain
+    synchronous methods, safe to call from threads (each is one transaction under the shard's
+    lock); results are frozen, picklable dataclasses. The clock is injected for expiry tests.
+
+    A store is listed to the whole tenant (as OpenAI's are to a project); it is changed
+    (renamed, deleted, files attached or detached) by its owner, the identity that created
+    it, or an admin. Its members that ``reader`` may not read (index/access.py) are absent
+    from every answer: pages, cursors, counts and sizes, searches, and the 404 of a file
+    that is not a member; they can be neither attached nor detached by it."""
 
     def __init__(
         self,
         shard: TenantShard,
+        reader: Reader,
         *,
         clock: Callable[[], float] = time.time,
         new_id: Callable[[str], str] | None = None,
@@ -82,6 +92,7 @@ class VectorStoreCatalog:
         """``new_id(prefix)``: the id of a new store ("vs_") or batch ("vsfb_"); random by
         default (given, with the clock, to replay a logged operation exactly)."""
         self.shard = shard
+        self.reader = reader
         self._clock = clock
         self._new_id = new_id or random_id
 
@@ -103,9 +114,10 @@ class VectorStoreCatalog:
             store_id = self._new_id("vs_")
             db.execute(
                 "INSERT INTO vector_stores(id, name, metadata, expires_after, created_at,"
-                " last_active_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (store_id, name, dump(meta), expiry and dump(expiry), now, now),
-            )
+                " last_active_at, owner) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (store_id, name, dump(meta), expiry and dump(expiry), now, now,
+                 self.reader.identity),
+            )  # fmt: skip
             self._attach(db, store_id, file_ids, attributes, chunking_strategy, None, now)
             return self._store(db, store_id)
 
@@ -159,7 +171,7 @@ class VectorStoreCatalog:
             expiry = validate_expiry(expires_after)
             changes["expires_after"] = expiry and dump(expiry)
         with self._write() as db:
-            self._require_store(db, store_id)
+            self._require_writable(db, store_id)
             assignments = ", ".join(f"{column} = ?" for column in changes)
             db.execute(
                 f"UPDATE vector_stores SET {assignments} WHERE id = ?",
@@ -170,8 +182,8 @@ class VectorStoreCatalog:
     def delete_store(self, store_id: str) -> None:
         """Delete the store and its memberships; the documents stay in the tenant."""
         with self._write() as db:
-            if db.execute("DELETE FROM vector_stores WHERE id = ?", (store_id,)).rowcount == 0:
-                raise store_not_found(store_id)
+            self._require_writable(db, store_id)
+            db.execute("DELETE FROM vector_stores WHERE id = ?", (store_id,))
 
     def touch(self, store_ids: Collection[str]) -> None:
         """Mark stores as used now (a search): moves ``last_active_at``, which expiry counts
@@ -201,11 +213,12 @@ class VectorStoreCatalog:
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
+            self._require_writable(db, store_id)
             if batch_id is not None:
                 self._require_batch(db, store_id, batch_id)
             ids = self._attach(db, store_id, doc_ids, attributes, chunking_strategy, batch_id, now)
             db.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (now, store_id))
-            return [file_record(db, store_id, doc_id) for doc_id in ids]
+            return [file_record(db, self.reader, store_id, doc_id) for doc_id in ids]
 
     def create_batch(
         self,
@@ -218,6 +231,7 @@ class VectorStoreCatalog:
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
+            self._require_writable(db, store_id)
             batch_id = self._new_id("vsfb_")
             db.execute(
                 "INSERT INTO vector_store_batches(id, store_id, created_at, status)"
@@ -253,27 +267,30 @@ class VectorStoreCatalog:
             if batch_id is not None:
                 self._require_batch(db, store_id, batch_id)
 
+            readable, readable_params = readable_member(self.reader)
+            members = f"FROM vector_store_files f {FILE_JOIN} WHERE f.store_id = ? AND {readable}"
+
             def rowid(param: str, doc_id: str | None) -> int | None:
-                sql = "SELECT rowid FROM vector_store_files WHERE store_id = ? AND doc_id = ?"
-                return cursor_rowid(db, sql, (store_id, doc_id), param, doc_id)
+                sql = f"SELECT f.rowid {members} AND f.doc_id = ?"
+                return cursor_rowid(db, sql, (store_id, *readable_params, doc_id), param, doc_id)
 
             where, params, scan, backwards = page_window(
-                "rowid", order, rowid("after", after), rowid("before", before)
+                "f.rowid", order, rowid("after", after), rowid("before", before)
             )
-            sql = f"SELECT doc_id FROM vector_store_files WHERE store_id = ? AND {where}"
-            params = [store_id, *params]
+            sql = f"SELECT f.doc_id {members} AND {where}"
+            params = [store_id, *readable_params, *params]
             for column, value in (("status", status), ("batch_id", batch_id)):
                 if value is not None:
-                    sql += f" AND {column} = ?"
+                    sql += f" AND f.{column} = ?"
                     params.append(value)
-            rows = db.execute(f"{sql} ORDER BY rowid {scan} LIMIT ?", (*params, limit + 1))
-            files = [file_record(db, store_id, row[0]) for row in rows.fetchall()]
+            rows = db.execute(f"{sql} ORDER BY f.rowid {scan} LIMIT ?", (*params, limit + 1))
+            files = [file_record(db, self.reader, store_id, row[0]) for row in rows.fetchall()]
             return Page.of(files, limit, backwards)
 
     def get_store_file(self, store_id: str, doc_id: str) -> VectorStoreFileRecord:
         with self._read() as db:
             self._require_store(db, store_id)
-            return file_record(db, store_id, doc_id)
+            return file_record(db, self.reader, store_id, doc_id)
 
     def update_store_file_attributes(
         self, store_id: str, doc_id: str, attributes: Mapping[str, str | float | bool] | None
@@ -281,20 +298,21 @@ class VectorStoreCatalog:
         """Replace a membership's attributes (``None`` clears them)."""
         checked, now = validate_attributes(attributes), self._now()
         with self._write() as db:
-            self._require_store(db, store_id)
-            file_record(db, store_id, doc_id)
+            self._require_writable(db, store_id)
+            file_record(db, self.reader, store_id, doc_id)
             db.execute(
                 "UPDATE vector_store_files SET attributes = ? WHERE store_id = ? AND doc_id = ?",
                 (dump(checked), store_id, doc_id),
             )
             db.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (now, store_id))
-            return file_record(db, store_id, doc_id)
+            return file_record(db, self.reader, store_id, doc_id)
 
     def detach(self, store_id: str, doc_id: str) -> None:
         """Remove a file from the store; the document stays in the tenant (and other stores)."""
         now = self._now()
         with self._write() as db:
-            self._require_store(db, store_id)
+            self._require_writable(db, store_id)
+            file_record(db, self.reader, store_id, doc_id)  # a member it may read, or 404
             deleted = db.execute(
                 "DELETE FROM vector_store_files WHERE store_id = ? AND doc_id = ?",
                 (store_id, doc_id),
@@ -326,10 +344,12 @@ class VectorStoreCatalog:
         with self._read() as db:
             for store_id in ids:
                 self._require_usable(db, store_id, now)
+            readable, params = readable_member(self.reader)
             rows = db.execute(
-                "SELECT doc_id, attributes, store_id FROM vector_store_files"
-                f" WHERE store_id IN ({placeholders(ids)}) AND status = 'completed'",
-                ids,
+                f"SELECT f.doc_id, f.attributes, f.store_id FROM vector_store_files f {FILE_JOIN}"
+                f" WHERE f.store_id IN ({placeholders(ids)}) AND f.status = 'completed'"
+                f" AND {readable}",
+                (*ids, *params),
             ).fetchall()
         members: dict[str, dict[str, Any]] = {}
         for doc_id, attrs, _ in sorted(rows, key=lambda row: ids.index(row[2])):
@@ -366,7 +386,7 @@ class VectorStoreCatalog:
             )
             for spec in specs
         }
-        known = file_states(db, list(rows))
+        known = file_states(db, self.reader, list(rows))
         if missing := [doc_id for doc_id in rows if doc_id not in known]:
             shown = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
             raise DocumentNotFoundError(
@@ -393,6 +413,17 @@ class VectorStoreCatalog:
         if row is None:
             raise store_not_found(store_id)
         return row
+
+    def _require_writable(self, db: sqlite3.Connection, store_id: str) -> None:
+        """The store, when ``reader`` may change it: its owner or an admin (403 else)."""
+        row = db.execute("SELECT owner FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
+        if row is None:
+            raise store_not_found(store_id)
+        if not (self.reader.admin or (row[0] is not None and row[0] == self.reader.identity)):
+            raise PermissionDeniedError(
+                f"vector store {store_id!r} belongs to {row[0] or 'the operator'}: only its "
+                "owner or an admin may change it; create a vector store of your own"
+            )
 
     def _require_usable(self, db: sqlite3.Connection, store_id: str, now: int) -> None:
         last_active, expiry = self._require_store(db, store_id)
@@ -425,7 +456,7 @@ class VectorStoreCatalog:
         if row is None:
             raise store_not_found(store_id)
         name, metadata, expiry, created_at, last_active = row
-        counts, usage = file_counts(db, "f.store_id = ?", store_id)
+        counts, usage = file_counts(db, self.reader, "f.store_id = ?", store_id)
         expires_at = expiry_time(last_active, expiry)
         if expires_at is not None and self._now() >= expires_at:
             status = "expired"
@@ -439,7 +470,7 @@ class VectorStoreCatalog:
     def _batch(self, db: sqlite3.Connection, store_id: str, batch_id: str) -> FileBatchRecord:
         self._require_store(db, store_id)
         created_at, status = self._require_batch(db, store_id, batch_id)
-        counts, _ = file_counts(db, "f.batch_id = ?", batch_id)
+        counts, _ = file_counts(db, self.reader, "f.batch_id = ?", batch_id)
         if status == "completed" and counts.in_progress:  # its files are still being ingested
             status = "in_progress"
         return FileBatchRecord(batch_id, store_id, created_at, status, counts)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from index.access import Reader
 from index.embedding import validate_vectors
 from index.screening import FlaggedPassage, find_instructions
 from index.store.schema import BM25_WEIGHTS, SCHEMA_VERSION, fts_query
@@ -53,6 +54,7 @@ class PreparedDocument:
     flagged: Sequence[FlaggedPassage] = ()
     loader_version: str = ""  # the loaders' version that read ``document`` from the bytes
     access: tuple[str, ...] | None = None  # who may read it (index/access.py); None: the tenant
+    owner: str | None = None  # who created it (index/access.py); kept by later versions
 
 
 class StoredVersion(NamedTuple):
@@ -77,7 +79,7 @@ class ShardStats:
 DOC_COLUMNS = (
     "d.doc_id, d.source, d.file_name, d.media_type, d.content_hash, d.version,"
     " (SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id), length(d.text), d.byte_count,"
-    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags, d.access"
+    " d.page_count, d.created_at, d.updated_at, d.attributes, d.flags, d.access, d.owner"
 )
 
 
@@ -118,10 +120,10 @@ def store_manifest(db: sqlite3.Connection, manifest: Manifest) -> None:
 
 
 def record(row: tuple) -> DocumentRecord:
-    *fields, attributes, flags, access = row
+    *fields, attributes, flags, access, owner = row
     flagged = tuple((start, end, reason) for start, end, reason in json.loads(flags))
     return DocumentRecord(*fields, attributes=json.loads(attributes), flagged=flagged,
-                          access=access_of(access))  # fmt: skip
+                          access=access_of(access), owner=owner)  # fmt: skip
 
 
 def access_of(stored: str | None) -> tuple[str, ...] | None:
@@ -169,6 +171,28 @@ def add_access_column(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN access TEXT")
 
 
+def add_owner_columns(db: sqlite3.Connection) -> None:
+    """Shards written before owners were recorded: add the columns, NULL (what was stored
+    then is changed by admins only: index/access.py)."""
+    for table in ("documents", "uploads", "vector_stores"):
+        if "owner" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
+
+
+def readable_sql(reader: Reader, table: str) -> tuple[str, list[str]]:
+    """A SQL condition (and its parameters) true for the rows of ``table`` (an alias of
+    ``documents`` or ``uploads``: their ``access`` column) that ``reader`` may read:
+    ``Reader.may_read`` in SQL, so that a filter applies before any LIMIT or count."""
+    if reader.admin:
+        return "1", []
+    principals = sorted(reader.principals)
+    if not principals:
+        return f"({table}.access IS NULL)", []
+    marks = ",".join("?" * len(principals))
+    held = f"EXISTS (SELECT 1 FROM json_each({table}.access) WHERE value IN ({marks}))"
+    return f"({table}.access IS NULL OR {held})", principals
+
+
 def add_loader_version_column(db: sqlite3.Connection) -> None:
     """Shards written before loader versions were recorded: add the column, empty (an older
     loader than any), so that each document is read again when its file is ingested again."""
@@ -190,7 +214,8 @@ def insert_document(
     db.execute(
         "INSERT INTO documents(doc_id, source, file_name, media_type, content_hash, version,"
         " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags,"
-        " loader_version, access) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " loader_version, access, owner)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         f" ON CONFLICT(doc_id) DO UPDATE SET {REPLACED_COLUMNS}",
         (
             item.doc_id,
@@ -209,6 +234,7 @@ def insert_document(
             flags_json(item.flagged),
             item.loader_version,
             access_json(item.access),
+            item.owner,
         ),
     )
     return insert_chunks(db, doc.file_name, item.chunks, vectors)
@@ -338,14 +364,14 @@ def hits_of(db: sqlite3.Connection, ids: list[int]) -> dict[int, SearchHit]:
     return hits
 
 
-def visible_doc_ids(db: sqlite3.Connection, principals: frozenset[str]) -> list[str] | None:
-    """The documents ``principals`` may read (index/access.py), or None when no document is
-    hidden from them."""
-    rows = db.execute("SELECT doc_id, access FROM documents WHERE access IS NOT NULL")
-    hidden = {d for d, a in rows if principals.isdisjoint(access_of(a))}
-    if not hidden:
+def visible_doc_ids(db: sqlite3.Connection, reader: Reader) -> list[str] | None:
+    """The documents ``reader`` may read (index/access.py), or None when no document is
+    hidden from it."""
+    readable, params = readable_sql(reader, "d")
+    hidden = db.execute(f"SELECT 1 FROM documents d WHERE NOT {readable} LIMIT 1", params)
+    if hidden.fetchone() is None:
         return None
-    return [d for (d,) in db.execute("SELECT doc_id FROM documents") if d not in hidden]
+    return [d for (d,) in db.execute(f"SELECT doc_id FROM documents d WHERE {readable}", params)]
 
 
 def matching_doc_ids(

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS documents (
     flags        TEXT NOT NULL DEFAULT '[]', -- JSON: [[start, end, reason], ...] instruction-like
     loader_version TEXT NOT NULL DEFAULT '', -- index.loaders.LOADER_VERSION that read the text
     access       TEXT,                   -- JSON: principals who may read it; NULL: the tenant
+    owner        TEXT,                   -- who created it (index/access.py); NULL: an operator
     created_at   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS uploads (
     status     TEXT NOT NULL CHECK (status IN ('in_progress', 'error')),
     error      TEXT,                           -- why ingestion refused the file or failed
     created_at INTEGER NOT NULL,
-    access     TEXT                            -- JSON: its readers; NULL: keep (index/access.py)
+    access     TEXT,                           -- JSON: its readers; NULL: keep (index/access.py)
+    owner      TEXT                            -- who uploaded it (index/access.py)
 );
 CREATE TABLE IF NOT EXISTS originals (
     doc_id     TEXT PRIMARY KEY REFERENCES documents(doc_id) ON DELETE CASCADE,
@@ -81,7 +83,8 @@ CREATE TABLE IF NOT EXISTS vector_stores (
     metadata       TEXT NOT NULL DEFAULT '{}',  -- JSON: up to 16 str -> str
     expires_after  TEXT,                        -- JSON {"anchor": "last_active_at", "days": N}
     created_at     INTEGER NOT NULL,
-    last_active_at INTEGER NOT NULL
+    last_active_at INTEGER NOT NULL,
+    owner          TEXT                         -- who created it; NULL: changed by admins only
 );
 CREATE TABLE IF NOT EXISTS vector_store_batches (
     id         TEXT PRIMARY KEY,                -- vsfb_<24 hex>

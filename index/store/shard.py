@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from index.access import Reader
 from index.config import VectorIndexConfig
 from index.embedding import validate_vectors
 from index.errors import DocumentNotFoundError, EmbedderChangedError, EmbedderMismatchError
@@ -36,6 +37,7 @@ from index.store.rows import (
     add_access_column,
     add_flags_column,
     add_loader_version_column,
+    add_owner_columns,
     hits_of,
     insert_document,
     lexical_query,
@@ -94,6 +96,7 @@ class TenantShard:
             add_flags_column(db)
             add_loader_version_column(db)
             add_access_column(db)
+            add_owner_columns(db)
             self._db = db
             if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
@@ -259,10 +262,10 @@ class TenantShard:
             if not changed:
                 raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
 
-    def visible_doc_ids(self, principals: frozenset[str] | None) -> list[str] | None:
-        """The documents an identity holding ``principals`` may read, or None when it may
-        read them all (``principals`` None, an admin; or no document is restricted)."""
-        return None if principals is None else visible_doc_ids(self._conn, principals)
+    def visible_doc_ids(self, reader: Reader) -> list[str] | None:
+        """The documents ``reader`` may read, or None when it may read them all (an admin,
+        or no document is hidden from it)."""
+        return None if reader.admin else visible_doc_ids(self._conn, reader)
 
     def write_documents(
         self, prepared: Sequence[PreparedDocument], model_id: str | None = None

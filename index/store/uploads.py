@@ -19,7 +19,7 @@ from index.access import KEEP, Access
 from index.errors import DocumentNotFoundError
 from index.store.shard import TenantShard
 
-_COLUMNS = "doc_id, file_name, length(data), status, error, created_at, access"
+_COLUMNS = "doc_id, file_name, length(data), status, error, created_at, access, owner"
 _NEW = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = vector_store_files.doc_id)"
 
 
@@ -34,6 +34,7 @@ class UploadRecord:
     # Who will read it (index/access.py): None, the tenant (also when the upload keeps a
     # stored document's list: that document is what is read until the upload replaces it).
     access: tuple[str, ...] | None = None
+    owner: str | None = None  # who uploaded it (index/access.py)
 
 
 class Uploads:
@@ -41,19 +42,26 @@ class Uploads:
         self.shard, self._clock = shard, clock
 
     def store(
-        self, doc_id: str, file_name: str, data: bytes, access: Access | str = KEEP
+        self,
+        doc_id: str,
+        file_name: str,
+        data: bytes,
+        access: Access | str = KEEP,
+        owner: str | None = None,
     ) -> UploadRecord:
         """Keep the bytes, ``in_progress``; an earlier attempt at the same file is replaced.
         ``access``: who will read the document (index/access.py), or KEEP (a new document is
-        the tenant's, a stored one keeps its list); written with it, never after."""
+        the tenant's, a stored one keeps its list); written with it, never after. ``owner``:
+        who uploads it."""
         stored = None if access == KEEP else json.dumps(access)
         with self.shard.transaction(write=True) as db:
             db.execute(
-                "INSERT INTO uploads(doc_id, file_name, data, status, error, created_at, access)"
-                " VALUES (?, ?, ?, 'in_progress', NULL, ?, ?) ON CONFLICT(doc_id) DO UPDATE SET"
-                " file_name = excluded.file_name, data = excluded.data, status = 'in_progress',"
-                " error = NULL, created_at = excluded.created_at, access = excluded.access",
-                (doc_id, file_name, data, int(self._clock()), stored),
+                "INSERT INTO uploads(doc_id, file_name, data, status, error, created_at, access,"
+                " owner) VALUES (?, ?, ?, 'in_progress', NULL, ?, ?, ?) ON CONFLICT(doc_id) DO"
+                " UPDATE SET file_name = excluded.file_name, data = excluded.data,"
+                " status = 'in_progress', error = NULL, created_at = excluded.created_at,"
+                " access = excluded.access, owner = excluded.owner",
+                (doc_id, file_name, data, int(self._clock()), stored, owner),
             )
             db.execute(
                 "UPDATE vector_store_files SET status = 'in_progress', last_error = NULL"
@@ -141,6 +149,6 @@ class Uploads:
 
 
 def _record(row: tuple) -> UploadRecord:
-    *fields, access = row
+    *fields, access, owner = row
     given = None if access is None else json.loads(access)
-    return UploadRecord(*fields, access=None if given is None else tuple(given))
+    return UploadRecord(*fields, access=None if given is None else tuple(given), owner=owner)

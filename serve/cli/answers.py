@@ -31,14 +31,15 @@ GroupsOpt = Annotated[str | None, typer.Option(help="Comma-separated groups (and
 def _as_identity(user: str | None, groups: str | None):
     """QueryOptions that search as ``user`` in ``groups`` (index/access.py); without either,
     as the operator: every document of the tenant."""
-    from index.access import principals_of
+    from index.access import Reader, principals_of
     from serve.query.pipeline import QueryOptions
     from serve.query.retrieval import SearchFilter
 
     if user is None and groups is None:
         return QueryOptions()
     readers = principals_of(user, [g.strip() for g in (groups or "").split(",") if g.strip()])
-    return QueryOptions(search_filter=SearchFilter(readable_by=readers))
+    reader = Reader(f"user:{user}" if user else "operator", readers)
+    return QueryOptions(search_filter=SearchFilter(readable_by=reader))
 
 
 @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.markup import escape
 
+from index.access import OPERATOR
 from index.errors import DocumentNotFoundError
 from index.store.collection_types import (
     VectorStoreFileRecord,
@@ -46,7 +47,8 @@ T = TypeVar("T")
 
 
 def _catalog(ctx: typer.Context, tenant: str) -> VectorStoreCatalog:
-    return VectorStoreCatalog(ctx.obj.index().shard(tenant))  # an unknown tenant is an error
+    # an unknown tenant is an error
+    return VectorStoreCatalog(ctx.obj.index().shard(tenant), OPERATOR)
 
 
 def _every(list_page: Callable[[str | None], Page[T]]) -> list[T]:

@@ -79,7 +79,8 @@ class QueryOptions:
 
 def readers_of(options: QueryOptions) -> frozenset[str] | None:
     """The principals the asker reads as (None: every document of the tenant)."""
-    return options.search_filter.readable_by if options.search_filter else None
+    reader = options.search_filter.readable_by if options.search_filter else None
+    return None if reader is None else reader.readers
 
 
 class QueryPipeline:

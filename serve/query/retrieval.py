@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from index.access import Reader
 from index.embedding import QueryEmbedder
 from index.errors import EmbedderChangedError
 from index.store.shard import TenantShard
@@ -25,14 +26,14 @@ NEAR_DUPLICATE = 0.9  # word-trigram Jaccard similarity above which a lower hit 
 @dataclass(frozen=True, slots=True)
 class SearchFilter:
     """Narrows a search to documents matching every given condition (None = no condition).
-    ``readable_by``: the asker's principals (index/access.py); only the documents they may
-    read are searched, before anything is ranked. None: every document of the tenant (an
-    admin, or the operator's own commands)."""
+    ``readable_by``: the asker (index/access.py); only the documents it may read are
+    searched, before anything is ranked. The appliance's shards always set it (serve/
+    shard_host.py); None, in-process only: every document (the operator's own commands)."""
 
     doc_ids: tuple[str, ...] | None = None
     file_names: tuple[str, ...] | None = None
     attributes: dict[str, str] = field(default_factory=dict)
-    readable_by: frozenset[str] | None = None
+    readable_by: Reader | None = None
 
     @property
     def empty(self) -> bool:
@@ -49,7 +50,8 @@ def searched_doc_ids(shard: TenantShard, search_filter: SearchFilter | None) -> 
         doc_ids = shard.matching_doc_ids(
             search_filter.doc_ids, search_filter.file_names, search_filter.attributes
         )
-    visible = shard.visible_doc_ids(search_filter.readable_by)
+    reader = search_filter.readable_by
+    visible = None if reader is None else shard.visible_doc_ids(reader)
     if visible is None:
         return doc_ids
     if doc_ids is None:

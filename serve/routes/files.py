@@ -3,7 +3,6 @@ them), their listing, their content as uploaded or as stored text, and their del
 
 from __future__ import annotations
 
-import dataclasses
 import mimetypes
 import urllib.parse
 from pathlib import Path
@@ -13,20 +12,12 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict
 
-from index.access import KEEP, may_read, parse_access
-from index.errors import DocumentNotFoundError, InvalidRequestError
-from index.types import DocumentRecord
+from index.access import KEEP, parse_access
+from index.errors import InvalidRequestError
 from serve import objects, openapi
 from serve.routes import gateway
 
 router = APIRouter()
-
-
-async def _file(request: Request, scope: str, file_id: str):
-    """The caller's key and file (Gateway.readable_file: 404 for what it may not read)."""
-    service = gateway(request)
-    key = service.key(request, scope)
-    return key, await service.readable_file(key, file_id)
 
 
 FILES_LIMIT = 10_000  # OpenAI's default and maximum page for GET /v1/files
@@ -55,7 +46,9 @@ async def upload(
         error.status = 413
         raise error
     wait_s = service.config.serve.upload_wait_s
-    result, record = await service.shards_for(key.tenant).upload(name, data, wait_s, readers)
+    result, record = await service.shards_for(key.tenant).upload(
+        key.reader, name, data, wait_s, readers
+    )
     if result is not None and result.status == "refused":
         raise objects.refusal(result)
     return objects.file_object(record)  # processed, or still being ingested ("uploaded")
@@ -73,10 +66,8 @@ async def files(
     Every file here is an ``assistants`` file: another ``purpose`` lists none."""
     service = gateway(request)
     key = service.key(request, "query")
-    documents, uploads = await service.shards_for(key.tenant).files()
-    documents = [d for d in documents if may_read(d.access, key.readers)]
-    uploads = [u for u in uploads if may_read(u.access, key.readers)]
-    listed = [objects.file_object(r) for r in [*documents, *uploads]]
+    stored = await service.shards_for(key.tenant).files(key.reader)
+    listed = [objects.file_object(r) for r in stored]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
     return objects.cursor_page(listed, limit=limit, order=order, after=after, max_limit=FILES_LIMIT)
@@ -84,8 +75,9 @@ async def files(
 
 @router.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
 async def file(request: Request, file_id: str) -> dict[str, Any]:
-    _, record = await _file(request, "query", file_id)
-    return objects.file_object(record)
+    service = gateway(request)
+    key = service.key(request, "query")
+    return objects.file_object(await service.shards_for(key.tenant).file(key.reader, file_id))
 
 
 @router.get("/v1/files/{file_id}/content", response_model=None, responses=openapi.CONTENT)
@@ -95,12 +87,10 @@ async def file_content(request: Request, file_id: str, format: str = "original")
     service = gateway(request)
     if format not in ("original", "text"):
         raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
-    key, _ = await _file(request, "query", file_id)
+    key = service.key(request, "query")
+    shards = service.shards_for(key.tenant)
+    kind, *found = await shards.content(key.reader, file_id, format == "text")
     await service.record(key, "files.content", None, [file_id])
-    try:
-        kind, *found = await service.shards_for(key.tenant).content(file_id, format == "text")
-    except DocumentNotFoundError:
-        raise DocumentNotFoundError(f"no such file: {file_id}") from None
     if kind == "text":
         return PlainTextResponse(found[0])
     name, data = found
@@ -118,22 +108,20 @@ class AccessUpdate(BaseModel):
 @router.post("/v1/files/{file_id}/access", response_model=None, responses=openapi.FILE)
 async def set_access(request: Request, file_id: str, body: AccessUpdate) -> dict[str, Any]:
     """Grounded's: who may read a stored file, from the next request on (nothing is embedded
-    again). Needs the ingest scope; a key may not change a file it cannot read."""
-    key, record = await _file(request, "ingest", file_id)
-    if not isinstance(record, DocumentRecord):
-        error = InvalidRequestError(
-            f"{file_id} is still being ingested; set its access once it is processed, or "
-            "upload it with the access field", param="file_id")  # fmt: skip
-        error.status = 409
-        raise error
+    again). Needs the ingest scope, and the file's owner or an admin (403 for a file the
+    caller reads but does not own; 404 for one it may not read)."""
+    service = gateway(request)
+    key = service.key(request, "ingest")
     readers = parse_access(body.access)
-    await gateway(request).shards_for(key.tenant).set_access(file_id, readers)
+    record = await service.shards_for(key.tenant).set_access(key.reader, file_id, readers)
     # As changed, even when the list no longer names the caller (it reads it no more).
-    return objects.file_object(dataclasses.replace(record, access=readers))
+    return objects.file_object(record)
 
 
 @router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
 async def delete(request: Request, file_id: str) -> dict[str, Any]:
-    key, _ = await _file(request, "ingest", file_id)
-    await gateway(request).shards_for(key.tenant).delete(file_id)
+    """Needs the ingest scope, and the file's owner or an admin (as for its access)."""
+    service = gateway(request)
+    key = service.key(request, "ingest")
+    await service.shards_for(key.tenant).delete(key.reader, file_id)
     return {"id": file_id, "object": "file", "deleted": True}

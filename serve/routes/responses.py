@@ -45,16 +45,15 @@ async def create_response(request: Request, body: ResponseRequest):
     key = service.key(request, "query")
     model = service.model_for(body.model)
     question, turns = conversation(body.items())
+    quoted: list[str] = []  # the documents the conversation has quoted so far
     if body.previous_response_id:
-        earlier = await asyncio.to_thread(
-            service.responses.history, key.tenant, key.owner, body.previous_response_id
-        )
+        earlier, quoted = await service.stored_response(key, body.previous_response_id, "history")
         turns = [Turn(role, text) for role, text in earlier] + turns
     tool = body.file_search()
     options, attributes = QueryOptions(), {}
     if tool is not None:
         search_filter, attributes = await service.stores_filter(
-            key.tenant, tool.vector_store_ids, tool.filters
+            key, tool.vector_store_ids, tool.filters
         )
         threshold = tool.ranking_options.score_threshold if tool.ranking_options else None
         options = QueryOptions(top_k=tool.max_num_results or MAX_RESULTS,
@@ -83,8 +82,10 @@ async def create_response(request: Request, body: ResponseRequest):
         if body.store:
             history = [(t.role, t.content) for t in turns]
             history += [("user", question), ("assistant", answer.text)]
+            documents = [*quoted, *(s.hit.doc_id for s in answer.sources)]
             await asyncio.to_thread(service.responses.save, key.tenant, response,
-                                    _input_items(body.items()), history, key.identity)  # fmt: skip
+                                    _input_items(body.items()), history, key.identity,
+                                    documents)  # fmt: skip
         return response
 
     if not body.stream:
@@ -99,7 +100,7 @@ async def create_response(request: Request, body: ResponseRequest):
 async def get_response(request: Request, response_id: str) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    return await asyncio.to_thread(service.responses.get, key.tenant, key.owner, response_id)
+    return (await service.stored_response(key, response_id, "body"))[0]
 
 
 @router.delete(
@@ -124,6 +125,5 @@ async def input_items(
 ) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    stored = service.responses
-    items = await asyncio.to_thread(stored.input_items, key.tenant, key.owner, response_id)
+    items, _ = await service.stored_response(key, response_id, "input_items")
     return objects.cursor_page(items, limit=limit, order=order, after=after)

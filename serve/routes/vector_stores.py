@@ -88,10 +88,11 @@ async def catalog(
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> R:
-    """A VectorStoreCatalog call on the caller's tenant shard (after the key's check)."""
+    """A VectorStoreCatalog call on the caller's tenant shard, as the caller (after the key's
+    check): what it may not read is absent from every answer (index/store/collections.py)."""
     service = gateway(request)
     key = service.key(request, scope)
-    return await service.shards_for(key.tenant).catalog(operation, *args, **kwargs)
+    return await service.shards_for(key.tenant).catalog(key.reader, operation, *args, **kwargs)
 
 
 def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -210,19 +211,7 @@ async def list_files(
 ) -> dict[str, Any]:
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter)  # fmt: skip
-    return _page(await _readable(request, page), "vector_store.file", request)
-
-
-async def _readable(request: Request, page: Any) -> Any:
-    """A page of store files without those the caller may not read (index/access.py)."""
-    service = gateway(request)
-    hidden = await service.hidden_files(service.key(request, "query"))
-    return dataclasses.replace(page, data=[r for r in page.data if r.id not in hidden])
-
-
-async def _readable_file(request: Request, file_id: str) -> None:
-    service = gateway(request)
-    await service.readable_file(service.key(request, "query"), file_id)
+    return _page(page, "vector_store.file", request)
 
 
 @router.get(
@@ -232,7 +221,6 @@ async def _readable_file(request: Request, file_id: str) -> None:
 )
 async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     record = await catalog(request, "query", Catalog.get_store_file, store_id, file_id)
-    await _readable_file(request, file_id)
     return _object(record, "vector_store.file", request)
 
 
@@ -273,10 +261,9 @@ async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str
 async def file_content(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     """The file's text as Grounded stores it (what its chunks index), one text part."""
     await catalog(request, "query", Catalog.get_store_file, store_id, file_id)  # a member, or 404
-    await _readable_file(request, file_id)
     service = gateway(request)
     key = service.key(request, "query")
-    text = await service.shards_for(key.tenant).text(file_id)
+    text = await service.shards_for(key.tenant).text(key.reader, file_id)
     await service.record(key, "vector_stores.files.content", None, [file_id])
     return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text}],
             "has_more": False, "next_page": None}  # fmt: skip
@@ -340,7 +327,7 @@ async def batch_files(
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter,
                          batch_id=batch_id)  # fmt: skip
-    return _page(await _readable(request, page), "vector_store.file", request)
+    return _page(page, "vector_store.file", request)
 
 
 @router.post("/v1/vector_stores/{store_id}/search", response_model=None, responses=openapi.SEARCH)
@@ -352,7 +339,7 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
     query = body.text()
     threshold = body.ranking_options.score_threshold if body.ranking_options else None
     if isinstance(body.filters, api.Filters):  # Grounded's extension shape
-        search_filter, attributes = await service.stores_filter(key.tenant, [store_id], None)
+        search_filter, attributes = await service.stores_filter(key, [store_id], None)
         if search_filter is not None:
             raise InvalidRequestError(
                 "this filters shape (file_ids, filenames, attributes) applies to the "
@@ -362,9 +349,7 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
             )
         search_filter = body.filters.search_filter()
     else:
-        search_filter, attributes = await service.stores_filter(
-            key.tenant, [store_id], body.filters
-        )
+        search_filter, attributes = await service.stores_filter(key, [store_id], body.filters)
     options = service.scoped(key, QueryOptions(
         top_k=body.max_num_results, gate=False, score_threshold=threshold,
         search_filter=search_filter,
@@ -375,5 +360,6 @@ async def search(request: Request, store_id: str, body: api.SearchRequest) -> di
     )
     await service.record(key, "vector_stores.search", query, [h.doc_id for h in hits])
     if not attributes:  # the whole document set: the files' upload attributes
-        attributes = await service.shards_for(key.tenant).attributes([h.doc_id for h in hits])
+        shards = service.shards_for(key.tenant)
+        attributes = await shards.attributes(key.reader, [h.doc_id for h in hits])
     return objects.search_page(body.query, hits, attributes, provenance=body.grounded)

@@ -130,14 +130,15 @@ def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
     one, two = ResponseStore("/nonexistent", state), ResponseStore("/nonexistent", state)
     body = {"id": "resp_1", "created_at": 1_800_000_000, "output_text": "27 days [1]"}
     one.save("acme", body, [{"id": "in_1"}], [("user", "Leave?"), ("assistant", "27")], "key:a")
-    assert two.get("acme", "key:a", "resp_1") == body  # written on one node, read on another
-    assert two.history("acme", None, "resp_1") == [("user", "Leave?"), ("assistant", "27")]
+    assert two.read("acme", "key:a", "resp_1", "body")[0] == body  # saved on one, read on another
+    history, _ = two.read("acme", None, "resp_1", "history")
+    assert history == [["user", "Leave?"], ["assistant", "27"]]
     for tenant, owner in (("other", None), ("acme", "key:b")):  # another tenant, another key
         with pytest.raises(ResponseNotFoundError):
-            two.get(tenant, owner, "resp_1")
+            two.read(tenant, owner, "resp_1", "body")[0]
     two.delete("acme", "key:a", "resp_1")
     with pytest.raises(ResponseNotFoundError):
-        one.get("acme", None, "resp_1")
+        one.read("acme", None, "resp_1", "body")[0]
     one.close()
     two.close()
 
@@ -188,12 +189,13 @@ def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):
 
 def ingester(service, tenant: str):
     """An upload's ingestion into a local copy, as the Shards replica does it."""
-    from index.pipeline import SourceFile, doc_id_for
+    from index.pipeline import SourceFile
+    from serve.shard_host import upload_id
 
-    def ingest(file_name: str, data: bytes, access) -> None:
-        source = f"upload:{tenant}:{file_name}"
+    def ingest(file_name: str, data: bytes, access, owner=None) -> None:
+        source, doc_id = f"upload:{tenant}:{file_name}", upload_id(tenant, owner, file_name)
         [result] = service.pipeline(tenant).ingest([SourceFile.from_bytes(
-            data, file_name, source=source, doc_id=doc_id_for(source), access=access)])  # fmt: skip
+            data, file_name, source=source, doc_id=doc_id, access=access, owner=owner)])  # fmt: skip
         assert result.status in ("added", "replaced", "unchanged"), result
 
     return ingest

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from index.access import OPERATOR
 from index.config import IndexConfig
 from index.errors import DocumentNotFoundError
 from index.pipeline import SourceFile
@@ -181,7 +182,7 @@ def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_servic
     shard = fake_service.shard("acme")
     [doc] = shard.list_documents()[:1]
     shard.set_access(doc.doc_id, ("group:hr",))
-    store = VectorStoreCatalog(shard).create_store(name="hr", file_ids=[doc.doc_id])
+    store = VectorStoreCatalog(shard, OPERATOR).create_store(name="hr", file_ids=[doc.doc_id])
     answer = {"id": "resp_1", "created_at": 1, "output": []}
     ResponseStore(data_dir).save("acme", answer, [], [("user", "Leave?"), ("assistant", "27")],
                                  "user:hana")  # fmt: skip
@@ -190,17 +191,17 @@ def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_servic
     restored = restore(tmp_path / "backup", tmp_path / "restored").data_dir
     service = open_service(restored)
     try:
-        again = VectorStoreCatalog(service.shard("acme")).get_store(store.id)
+        again = VectorStoreCatalog(service.shard("acme"), OPERATOR).get_store(store.id)
         assert again.name == "hr" and again.file_counts.completed == 1
         assert service.shard("acme").get_document(doc.doc_id).access == ("group:hr",)
     finally:
         service.close()
-    assert ResponseStore(restored).get("acme", None, "resp_1") == answer
+    assert ResponseStore(restored).read("acme", None, "resp_1", "body")[0] == answer
     with pytest.raises(DocumentNotFoundError):  # still hana's alone
-        ResponseStore(restored).get("acme", "key:other", "resp_1")
+        ResponseStore(restored).read("acme", "key:other", "resp_1", "body")[0]
     assert [e["identity"] for e in AuditLog(restored, AuditConfig()).entries()] == ["user:hana"]
-    assert ResponseStore(restored).history("acme", None, "resp_1") == [("user", "Leave?"),
-                                                                  ("assistant", "27")]  # fmt: skip
+    history, _ = ResponseStore(restored).read("acme", None, "resp_1", "history")
+    assert history == [["user", "Leave?"], ["assistant", "27"]]
 
 
 def test_backup_refuses_a_destination_that_is_not_empty(fake_service, tmp_path):

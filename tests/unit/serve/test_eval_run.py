@@ -121,6 +121,7 @@ def test_summary_by_hand():
 
 
 def test_an_evaluation_as_an_identity_never_ranks_what_it_may_not_read(service):
+    from index.access import Reader
     from serve.query.pipeline import QueryOptions
     from serve.query.retrieval import SearchFilter
 
@@ -131,7 +132,7 @@ def test_an_evaluation_as_an_identity_never_ranks_what_it_may_not_read(service):
     pipeline = QueryPipeline(LocalSearcher(service), generator, QueryConfig(min_dense_score=0.0))
     question = EvalQuestion(question="annual leave days", id="a", relevant_files=["leave.txt"])
     for readers, ranked in ((frozenset({"group:sales"}), False), (frozenset({"group:hr"}), True)):
-        options = QueryOptions(search_filter=SearchFilter(readable_by=readers))
+        options = QueryOptions(search_filter=SearchFilter(readable_by=Reader("user:u", readers)))
         result = asyncio.run(Evaluator(pipeline, "acme", True, options).evaluate(question))
         assert ("leave.txt" in result.ranked) is ranked
         assert result.retrieval["recall@10"] == (1.0 if ranked else 0.0)

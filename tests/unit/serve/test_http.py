@@ -1,22 +1,21 @@
 """The HTTP layer in-process: serve/app.py's create_app over a real Gateway (keys, budgets,
-fair admission, accounting, the query pipeline) whose deployments are replaced by in-process
-stand-ins: the tenant shards of an IndexService with the hashing embedder, and a scripted
-generator. Every route module is driven through FastAPI's TestClient, without Ray or vLLM;
-the integration tests keep the real stack where the stack is what they test."""
+fair admission, accounting, the query pipeline) and the real ShardHost (serve/shard_host.py,
+over an IndexService with the hashing embedder, behind TenantShards as the appliance calls
+it), with a scripted generator. Every route module is driven through FastAPI's TestClient,
+without Ray or vLLM; the integration tests keep the real stack where the stack is what they
+test."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.access import KEEP
 from index.errors import GroundedError
-from index.pipeline import SourceFile, doc_id_for
 from index.service import IndexService
-from index.store.collections import VectorStoreCatalog
 from index.testing import HashingEmbedder
 from serve.app import create_app
 from serve.config import load_config
@@ -27,7 +26,9 @@ from serve.keys import KeyStore
 from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher
-from serve.testing import ScriptedGenerator
+from serve.shard_host import ShardHost
+from serve.tenant_shards import TenantShards
+from serve.testing import LocalShards, ScriptedGenerator
 
 pytestmark = pytest.mark.unit
 
@@ -35,47 +36,6 @@ LEAVE = b"Annual leave is 27 days per calendar year for every employee."
 REPLY = "Annual leave is 27 days per calendar year [1]."
 ASKED = "How many days of annual leave?"
 QUESTION = {"model": "grounded", "messages": [{"role": "user", "content": ASKED}]}
-
-
-class InProcessShards:
-    """serve/tenant_shards.py's TenantShards over an IndexService in this process: uploads
-    are ingested at once."""
-
-    def __init__(self, service: IndexService, tenant: str) -> None:
-        self.service, self.tenant = service, tenant
-        self.shard = service.shard(tenant, create=True)
-
-    async def upload(self, file_name: str, data: bytes, wait_s: float, access=KEEP):
-        doc_id = doc_id_for(f"upload:{self.tenant}:{file_name}")
-        source = SourceFile.from_bytes(data, file_name, doc_id=doc_id, access=access)
-        [result] = self.service.pipeline_for(self.shard).ingest([source])
-        if result.status == "refused":
-            return result, None
-        return result, self.shard.get_document(doc_id)
-
-    async def files(self):
-        return self.shard.list_documents(), []
-
-    async def file(self, doc_id: str):
-        return self.shard.get_document(doc_id)
-
-    async def text(self, doc_id: str) -> str:
-        return self.shard.document_text(doc_id)
-
-    async def content(self, doc_id: str, as_text: bool):
-        return "text", self.shard.document_text(doc_id)
-
-    async def delete(self, doc_id: str) -> None:
-        self.shard.delete_document(doc_id)
-
-    async def set_access(self, doc_id: str, access) -> None:
-        self.shard.set_access(doc_id, access)
-
-    async def attributes(self, doc_ids: list[str]) -> dict[str, dict[str, str]]:
-        return {r.doc_id: r.attributes for r in self.shard.list_documents() if r.doc_id in doc_ids}
-
-    async def catalog(self, operation, *args, **kwargs):
-        return operation(VectorStoreCatalog(self.shard), *args, **kwargs)
 
 
 class FailingGenerator(ScriptedGenerator):
@@ -128,8 +88,9 @@ def world(tmp_path):
         generator = models or generator or ScriptedGenerator(REPLY)
         pipeline = QueryPipeline(LocalSearcher(service), generator, settings.query)
         who = Authenticator(keys, oidc)
+        shards = LocalShards(ShardHost(settings, lambda root: service))
         gateway = Gateway(settings, who, pipeline, pipeline.generator, embed,
-                          lambda tenant: InProcessShards(service, tenant))  # fmt: skip
+                          partial(TenantShards, shards))  # fmt: skip
         guard = RequestGuard(who, config.index.limits.max_bytes)
         return TestClient(create_app(gateway, guard), raise_server_exceptions=False)
 

@@ -131,9 +131,9 @@ def test_rsa_and_ec_tokens_give_the_identity_their_claims_name(issuer, auth):
         assert (identity.tenant, identity.user, identity.groups) == (
             "acme", "alice@example.com", ("hr",))  # fmt: skip
         assert identity.scopes == ("query", "ingest") and identity.id == "oidc:alice@example.com"
-        assert identity.readers == {"user:alice@example.com", "group:hr"}
+        assert identity.reader.principals == {"user:alice@example.com", "group:hr"}
     admin = auth.authenticate(bearer(issuer.token(scope="rag-admins")))
-    assert admin.scopes == ("admin",) and admin.readers is None
+    assert admin.scopes == ("admin",) and admin.reader.admin
 
 
 def test_api_keys_still_work_beside_tokens(issuer, tmp_path):

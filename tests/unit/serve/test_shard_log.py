@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from index.access import OPERATOR
 from index.config import IndexConfig
 from index.pipeline import SourceFile, doc_id_for
 from index.service import IndexService
@@ -27,7 +28,7 @@ def copies(tmp_path):
     for node in ("a", "b"):
         service = IndexService(IndexConfig(), tmp_path / node, embedder=HashingEmbedder()).start()
 
-        def ingest(file_name, data, access, service=service):
+        def ingest(file_name, data, access, owner=None, service=service):
             source = f"upload:{TENANT}:{file_name}"
             upload = SourceFile.from_bytes(data, file_name, source=source,
                                            doc_id=doc_id_for(source), access=access)  # fmt: skip
@@ -65,7 +66,7 @@ def test_a_replayed_log_rebuilds_documents_access_and_vector_stores_exactly(copi
     store_id = None
     for seq, (method, args, kwargs) in enumerate(calls, start=3):
         args = tuple(store_id if a == "STORE" else a for a in args)
-        meta = catalog_entry(method, args, kwargs)
+        meta = catalog_entry(method, OPERATOR, args, kwargs)
         catalog, call_args, call_kwargs = catalog_of(a, meta)
         try:
             result = getattr(catalog, method)(*call_args, **call_kwargs)
@@ -80,7 +81,7 @@ def test_a_replayed_log_rebuilds_documents_access_and_vector_stores_exactly(copi
         apply_entry(entry, ingest_b, b)
 
     def state(shard):
-        catalog = VectorStoreCatalog(shard)
+        catalog = VectorStoreCatalog(shard, OPERATOR)
         documents = {d.doc_id: (d.file_name, d.access) for d in shard.list_documents()}
         files = list(catalog.list_store_files(store_id).data)  # whole records: times too
         return documents, catalog.get_store(store_id), files
@@ -95,4 +96,4 @@ def test_a_replayed_log_rebuilds_documents_access_and_vector_stores_exactly(copi
 
 def test_only_changes_are_logged():
     with pytest.raises(ValueError, match="does not change the catalog"):
-        catalog_entry("get_store", ("vs_1",), {})
+        catalog_entry("get_store", OPERATOR, ("vs_1",), {})

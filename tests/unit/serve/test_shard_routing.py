@@ -1,16 +1,13 @@
 """A tenant's requests reach the replica that owns its shard (several nodes): a Shards replica
 takes the tenant's lease before it loads the shard, so a replica refused the lease never counts
-the tenant loaded in Serve's routing (serve/deployments/shards.py); and the ingress sends a
+the tenant loaded in Serve's routing (serve/shard_host.py); and the ingress sends a
 request refused by a replica that does not own the tenant again (serve/tenant_shards.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
-import ray
-from ray import serve
 from ray.exceptions import RayTaskError
 
 import serve.tenant_shards as tenant_shards
@@ -18,7 +15,7 @@ from index.config import IndexConfig
 from index.service import IndexService
 from index.testing import HashingEmbedder
 from serve.config import load_config
-from serve.deployments.shards import Shards
+from serve.shard_host import ShardHost
 from serve.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
 from serve.tenant_shards import to_owner
 
@@ -110,42 +107,46 @@ class Owners:
         self.events.append("release")
 
 
+class Placement:
+    """Where the replica runs: node n1, replica r1."""
+
+    def node(self) -> str:
+        return "n1"
+
+    def holder(self) -> str:
+        return "r1"
+
+
 @pytest.fixture
-def replica(tmp_path, monkeypatch):
-    """A Shards replica of a cluster (several nodes) outside Ray: its lease server and the
-    shard loads Serve would run recorded in ``events``."""
-    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: TENANT)
-    context = SimpleNamespace(replica_id=SimpleNamespace(unique_id="r1"))
-    monkeypatch.setattr(serve, "get_replica_context", lambda: context)
-    monkeypatch.setattr(
-        ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n1")
-    )
+def replica(tmp_path):
+    """The ShardHost of a Shards replica of a cluster (several nodes), outside Ray: its lease
+    server and the shard loads Serve would run recorded in ``events``."""
     service = IndexService(IndexConfig(), tmp_path, embedder=HashingEmbedder()).start()
-    shards = Shards(load_config(None, data_dir=tmp_path), embedder=None)
-    shards.service, shards.events, shards.fail_load = service, [], False
+    host = ShardHost(load_config(None, data_dir=tmp_path), lambda root: service, Placement())
+    host.events, host.fail_load = [], False
 
     async def load(tenant: str):  # Serve's multiplexed load: the tenant counts as loaded here
-        shards.events.append("load")
-        if shards.fail_load:
+        host.events.append("load")
+        if host.fail_load:
             raise OSError("disk full")
         shard = service.open_shard(tenant, create=True)
-        shards.loaded[tenant] = shard
+        host.loaded[tenant] = shard
         return shard
 
-    shards.get_shard = load
-    return shards
+    host.get_shard = load
+    return host
 
 
-def own(shards: Shards, held_elsewhere: bool = False, runs_out: int = 0):
+def own(host: ShardHost, held_elsewhere: bool = False, runs_out: int = 0):
     """The replica's shard for the tenant, as a request gets it; its renewals stopped."""
-    shards.owners = Owners(shards.events, held_elsewhere, runs_out)
+    host.owners = Owners(host.events, held_elsewhere, runs_out)
 
     async def request():
         try:
-            return await shards._shard()
+            return await host.shard(TENANT)
         finally:
-            if shards._renewing is not None:
-                shards._renewing.cancel()
+            if host._renewing is not None:
+                host._renewing.cancel()
 
     return asyncio.run(request())
 

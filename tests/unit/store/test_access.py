@@ -3,7 +3,7 @@ without re-embedding, and applied before ranking."""
 
 import pytest
 
-from index.access import KEEP, may_read, parse_access, principals_of
+from index.access import KEEP, OPERATOR, Reader, parse_access, principals_of
 from index.errors import DocumentNotFoundError, InvalidRequestError
 from index.pipeline import SourceFile
 from serve.query.retrieval import SearchFilter, SearchParams, search_tenant
@@ -20,19 +20,35 @@ def test_access_lists_are_parsed_strictly():
         "user:alice@example.com",
     )
     assert parse_access(["user:bob", "user:bob"]) == ("user:bob",)
-    assert (
-        parse_access("tenant") is None and parse_access("") is None and parse_access(None) is None
-    )
+    assert parse_access("tenant") is None and parse_access(None) is None
     for bad in ("hr", "role:hr", "group:", "group:h r", "user:a;b"):
         with pytest.raises(InvalidRequestError, match="user:<name> or group:<name>"):
             parse_access(bad)
 
 
 def test_who_may_read_what():
-    alice = principals_of("alice", ["hr"])
-    assert alice == {"user:alice", "group:hr"}
-    assert may_read(None, frozenset()) and may_read(HR, alice) and may_read(HR, None)
-    assert not may_read(HR, principals_of("bob", ["sales"])) and not may_read(HR, frozenset())
+    alice = Reader("user:alice", principals_of("alice", ["hr"]))
+    assert alice.principals == {"user:alice", "group:hr"}
+    nobody, admin = Reader("key:k"), Reader("key:a", admin=True)
+    assert nobody.may_read(None) and alice.may_read(HR) and admin.may_read(HR)
+    bob = Reader("user:bob", principals_of("bob", ["sales"]))
+    assert not bob.may_read(HR) and not nobody.may_read(HR)
+
+
+def test_who_may_write_what():
+    """Its owner while it reads it, or an admin: never another reader, whatever it reads."""
+    alice = Reader("user:alice", principals_of("alice", ["hr"]))
+    bob = Reader("user:bob", principals_of("bob", ["hr"]))
+    assert alice.may_write(HR, "user:alice") and not bob.may_write(HR, "user:alice")
+    assert not alice.may_write(("group:sales",), "user:alice")  # off its own list
+    assert not alice.may_write(None, None)  # an operator's document
+    assert Reader("key:a", admin=True).may_write(HR, None)
+
+
+@pytest.mark.parametrize("empty", ["", "   ", ",", " , ", []])
+def test_an_empty_access_list_is_refused_never_read_as_everyone(empty):
+    with pytest.raises(InvalidRequestError, match="is empty"):
+        parse_access(empty)
 
 
 def ingest(service, tenant, name, data, access=KEEP):
@@ -66,16 +82,18 @@ def test_restricted_documents_are_filtered_before_ranking(fake_service):
         )
     question = "salary band for engineers euros"
     for mode in ("dense", "lexical", "hybrid"):
-        params = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=frozenset()))
+        params = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=Reader("key:k")))
         outsider = search_tenant(fake_service, "acme", question, 5, params)
         assert len(outsider) == 5 and all(h.file_name != "salaries.txt" for h, _ in outsider)
-        hr = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=frozenset(HR)))
+        hr = SearchParams(
+            mode=mode, search_filter=SearchFilter(readable_by=Reader("key:h", frozenset(HR)))
+        )
         readable = search_tenant(fake_service, "acme", question, 5, hr)
         assert "salaries.txt" in {h.file_name for h, _ in readable}
-        admin = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=None))
+        admin = SearchParams(mode=mode, search_filter=SearchFilter(readable_by=OPERATOR))
         assert "salaries.txt" in {h.file_name for h, _ in search_tenant(
             fake_service, "acme", question, 5, admin)}  # fmt: skip
-    narrowed = SearchFilter(file_names=("salaries.txt",), readable_by=frozenset())
+    narrowed = SearchFilter(file_names=("salaries.txt",), readable_by=Reader("key:k"))
     assert (
         search_tenant(fake_service, "acme", question, 5, SearchParams(search_filter=narrowed)) == []
     )

@@ -6,6 +6,7 @@ import pytest
 from openai.types import VectorStore
 from openai.types.vector_stores import VectorStoreFile, VectorStoreFileBatch
 
+from index.access import OPERATOR
 from index.errors import DocumentNotFoundError, InvalidRequestError
 from index.pipeline import SourceFile
 from index.service import IndexService
@@ -52,7 +53,7 @@ def docs(fake_service):
 
 @pytest.fixture
 def catalog(fake_service, docs, clock):
-    return VectorStoreCatalog(fake_service.shard("acme"), clock=clock)
+    return VectorStoreCatalog(fake_service.shard("acme"), OPERATOR, clock=clock)
 
 
 def size(service, doc_id, tenant="acme"):
@@ -503,7 +504,7 @@ def test_another_tenants_stores_are_simply_absent(fake_service, catalog, docs, c
     store = catalog.create_store("acme only", file_ids=[docs["hr.txt"]])
     batch = catalog.create_batch(store.id, [docs["eng.txt"]])
     ingest(fake_service, "globex", {"g.txt": "Globex handbook."})
-    globex = VectorStoreCatalog(fake_service.shard("globex"), clock=clock)
+    globex = VectorStoreCatalog(fake_service.shard("globex"), OPERATOR, clock=clock)
     assert globex.list_stores().data == ()
 
     never = "vs_" + "f" * 24

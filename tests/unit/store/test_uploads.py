@@ -3,6 +3,7 @@ memberships that follow them."""
 
 import pytest
 
+from index.access import OPERATOR
 from index.errors import DocumentNotFoundError
 from index.pipeline import SourceFile
 from index.store.collections import VectorStoreCatalog
@@ -20,12 +21,12 @@ def ingest(service, doc_id: str, data: bytes = TEXT):
 
 
 def member(shard, store_id: str, doc_id: str):
-    return VectorStoreCatalog(shard).get_store_file(store_id, doc_id)
+    return VectorStoreCatalog(shard, OPERATOR).get_store_file(store_id, doc_id)
 
 
 def test_a_first_upload_is_in_progress_until_written_and_its_memberships_follow(fake_service):
     shard = fake_service.shard("acme", create=True)
-    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard)
+    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard, OPERATOR)
     stored = uploads.store("doc-1", "leave.md", TEXT)
     assert (stored.status, stored.byte_count) == ("in_progress", len(TEXT))
     store = catalog.create_store(name="hr", file_ids=["doc-1"])
@@ -42,7 +43,7 @@ def test_a_first_upload_is_in_progress_until_written_and_its_memberships_follow(
 
 def test_a_refused_upload_keeps_its_reason_and_fails_its_memberships(fake_service):
     shard = fake_service.shard("acme", create=True)
-    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard)
+    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard, OPERATOR)
     uploads.store("doc-2", "scan.pdf", b"%PDF-broken")
     store = catalog.create_store(file_ids=["doc-2"])
     uploads.finish("doc-2", "scan.pdf: not a readable PDF")
@@ -50,14 +51,16 @@ def test_a_refused_upload_keeps_its_reason_and_fails_its_memberships(fake_servic
     assert (refused.status, refused.error) == ("error", "scan.pdf: not a readable PDF")
     failed = member(shard, store.id, "doc-2")
     assert failed.status == "failed" and failed.last_error.message == refused.error
-    assert VectorStoreCatalog(shard).create_store(file_ids=["doc-2"]).file_counts.failed == 1
+    assert (
+        VectorStoreCatalog(shard, OPERATOR).create_store(file_ids=["doc-2"]).file_counts.failed == 1
+    )
 
 
 def test_a_new_version_leaves_the_stored_one_completed_and_a_refusal_forgets_only_itself(
     fake_service,
 ):
     shard = fake_service.shard("acme", create=True)
-    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard)
+    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard, OPERATOR)
     uploads.store("doc-3", "leave.md", TEXT)
     ingest(fake_service, "doc-3")
     uploads.finish("doc-3")
@@ -75,7 +78,7 @@ def test_a_new_version_leaves_the_stored_one_completed_and_a_refusal_forgets_onl
 
 def test_deleting_a_file_removes_its_upload_original_and_memberships(fake_service):
     shard = fake_service.shard("acme", create=True)
-    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard)
+    uploads, catalog = Uploads(shard), VectorStoreCatalog(shard, OPERATOR)
     uploads.store("doc-5", "leave.md", TEXT)
     ingest(fake_service, "doc-5")
     uploads.finish("doc-5")

@@ -2,7 +2,6 @@
 
 import pytest
 
-from index.access import may_read
 from serve.cli.answers import _as_identity
 
 pytestmark = pytest.mark.unit
@@ -19,6 +18,6 @@ def test_the_operator_reads_every_document():
     ("otto", None, {"user:otto"}),
 ])  # fmt: skip
 def test_an_identity_reads_as_its_user_and_groups(user, groups, readers):
-    readable_by = _as_identity(user, groups).search_filter.readable_by
-    assert readable_by == readers
-    assert may_read(frozenset({"group:support"}), readable_by) == ("group:support" in readers)
+    reader = _as_identity(user, groups).search_filter.readable_by
+    assert reader.principals == readers and not reader.admin
+    assert reader.may_read(("group:support",)) == ("group:support" in readers)
