@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from index.errors import AuthenticationError, GroundedError
 from index.store.tenants import validate_tenant
 from serve.keys import PREFIX, SCOPES, ApiKey, Keys
 
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC"}  # the JWK key type each algorithm needs
 
 
 class OidcConfig(BaseModel):
@@ -43,7 +44,9 @@ class OidcConfig(BaseModel):
         None, description="The tenant of every token without a tenant claim (one-tenant IdPs)."
     )
     tenants: tuple[str, ...] | None = Field(
-        None, description="The tenants this issuer may sign for; others are refused."
+        None,
+        description="The tenants this issuer may sign for; others are refused (this or "
+        "tenant is required).",
     )
     user_claim: str = "sub"
     groups_claim: str = "groups"
@@ -62,6 +65,16 @@ class OidcConfig(BaseModel):
         "most this often (rotation is picked up; a flood of made-up ids is not a flood of "
         "fetches).",
     )
+
+    @model_validator(mode="after")
+    def _names_its_tenants(self) -> OidcConfig:
+        if self.tenant is None and not self.tenants:
+            raise ValueError(
+                "name the tenants this issuer may sign for: tenants: [acme, ...] (or tenant: "
+                "acme for an identity provider of one tenant); without either, a token could "
+                "name any tenant"
+            )
+        return self
 
     @field_validator("algorithms")
     @classmethod
@@ -109,10 +122,10 @@ class Authenticator:
         oidc = self.oidc
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.DecodeError as exc:
+        except jwt.InvalidTokenError as exc:  # not JSON, a kid that is not a string, crit
             raise AuthenticationError(f"not an API key nor a valid JWT ({exc})") from exc
         algorithm = header.get("alg")
-        if algorithm not in oidc.algorithms:
+        if not isinstance(algorithm, str) or algorithm not in oidc.algorithms:
             raise AuthenticationError(
                 f"token refused: algorithm {algorithm!r} is not accepted "
                 f"(auth.oidc.algorithms: {', '.join(oidc.algorithms)})"
@@ -126,12 +139,19 @@ class Authenticator:
                 f"token refused: signed with a key {oidc.issuer} does not publish "
                 f"(kid {header.get('kid')!r})"
             ) from exc
+        if KEY_TYPES[algorithm[:2]] != key.key_type:  # else PyJWT fails on the key's format
+            raise AuthenticationError(
+                f"token refused: algorithm {algorithm} does not fit the key it names "
+                f"(kid {header.get('kid')!r} is an {key.key_type} key)"
+            )
         try:
             return jwt.decode(
                 token, key.key, algorithms=list(oidc.algorithms), audience=oidc.audience,
                 issuer=oidc.issuer, leeway=oidc.leeway_s,
                 options={"require": ["exp", "iss", "aud"]},
             )  # fmt: skip
+        except (TypeError, ValueError) as exc:  # a key PyJWT cannot use for this token
+            raise AuthenticationError(f"token refused: it cannot be verified ({exc})") from exc
         except jwt.ExpiredSignatureError as exc:
             raise AuthenticationError("token refused: it has expired; sign in again") from exc
         except jwt.ImmatureSignatureError as exc:

@@ -194,8 +194,9 @@ def ingester(service, tenant: str):
 
     def ingest(file_name: str, data: bytes, access, owner=None) -> None:
         source, doc_id = f"upload:{tenant}:{file_name}", upload_id(tenant, owner, file_name)
-        [result] = service.pipeline(tenant).ingest([SourceFile.from_bytes(
-            data, file_name, source=source, doc_id=doc_id, access=access, owner=owner)])  # fmt: skip
+        upload = SourceFile.from_bytes(data, file_name, source=source, doc_id=doc_id,
+                                       access=access, owner=owner)  # fmt: skip
+        [result] = service.pipeline(tenant).ingest([upload])
         assert result.status in ("added", "replaced", "unchanged"), result
 
     return ingest

@@ -547,7 +547,7 @@ def test_a_token_from_the_identity_provider_is_a_caller_like_a_key(world):
     issuer.new_key("rsa-1")
     try:
         build, secrets = world
-        client = build(oidc=OidcConfig(issuer=issuer.url, audience=AUDIENCE))
+        client = build(oidc=OidcConfig(issuer=issuer.url, audience=AUDIENCE, tenants=["acme"]))
         client.post(
             "/v1/files",
             headers=auth(secrets["acme"]),

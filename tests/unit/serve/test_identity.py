@@ -139,7 +139,7 @@ def test_rsa_and_ec_tokens_give_the_identity_their_claims_name(issuer, auth):
 def test_api_keys_still_work_beside_tokens(issuer, tmp_path):
     keys = KeyStore(tmp_path)
     _, secret = keys.create("acme", ["query"])
-    auth = Authenticator(keys, OidcConfig(issuer=issuer.url, audience=AUDIENCE))
+    auth = Authenticator(keys, OidcConfig(issuer=issuer.url, audience=AUDIENCE, tenant="acme"))
     assert auth.authenticate(bearer(secret)).tenant == "acme"
     with pytest.raises(AuthenticationError, match="unknown or revoked API key"):
         auth.authenticate(bearer(secret + "x"))
@@ -191,3 +191,47 @@ def test_the_request_guard_refuses_a_bad_token_before_the_body(issuer, auth):
         guard.check("POST", "/v1/chat/completions", headers)
     ok = {"authorization": bearer(issuer.token()), "content-length": "10"}
     assert guard.check("POST", "/v1/chat/completions", ok).tenant == "acme"
+
+
+def signed(header: dict, claims: object, key, alg: str = "RS256") -> str:
+    """A token with a header PyJWT would not write (a kid that is not a string), signed."""
+    algorithm = jwt.algorithms.get_default_algorithms()[alg]
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    return f"{signing_input}.{_b64(algorithm.sign(signing_input.encode(), key))}"
+
+
+def test_tokens_that_crashed_the_checker_are_401s_with_a_reason(issuer, auth):
+    """A key of one type named with another's algorithm, a kid that is not a string, a
+    critical extension: each a 401 that says why, never a 500."""
+    now = int(time.time())
+    claims = {"iss": issuer.url, "aud": AUDIENCE, "sub": "mallory", "tenant": "acme",
+              "scope": "admin", "exp": now + 300}  # fmt: skip
+    rsa_key, ec_key = issuer.keys["rsa-1"], issuer.keys["ec-1"]
+    attacks = {
+        "RS256 does not fit the key": signed({"alg": "RS256", "kid": "ec-1"}, claims, rsa_key),
+        "ES256 does not fit the key": signed(
+            {"alg": "ES256", "kid": "rsa-1"}, claims, ec_key, "ES256"
+        ),
+        "Key ID header parameter must be a string": signed(
+            {"alg": "RS256", "kid": 5}, claims, rsa_key
+        ),
+        "must be a string": signed({"alg": "RS256", "kid": {"k": "rsa-1"}}, claims, rsa_key),
+        "must be a string ": signed({"alg": "RS256", "kid": ["rsa-1"]}, claims, rsa_key),
+        "Unsupported critical extension": signed(
+            {"alg": "RS256", "kid": "rsa-1", "crit": ["exp"]}, claims, rsa_key
+        ),
+        "algorithm \\['RS256'\\]": signed({"alg": ["RS256"], "kid": "rsa-1"}, claims, rsa_key),
+        "must be a json object": signed({"alg": "RS256", "kid": "rsa-1"}, [1, 2], rsa_key),
+    }
+    for reason, token in attacks.items():
+        with pytest.raises(AuthenticationError, match=reason.strip()) as refused:
+            auth.authenticate(bearer(token))
+        assert refused.value.status == 401, reason
+
+
+def test_an_issuer_must_name_the_tenants_it_signs_for(issuer):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="name the tenants this issuer may sign for"):
+        OidcConfig(issuer=issuer.url, audience=AUDIENCE)
+    assert OidcConfig(issuer=issuer.url, audience=AUDIENCE, tenant="acme").tenant == "acme"
