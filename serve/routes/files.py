@@ -32,6 +32,8 @@ async def upload(
 ) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "ingest")
+    if access is None and "access" in (await request.form()):  # sent empty: a slip, a 400
+        access = ""
     readers = KEEP if access is None else parse_access(access)
     limit = service.config.index.limits.max_bytes
     data = await file.read(limit + 1)

@@ -67,6 +67,8 @@ def world(tmp_path):
         "globex": keys.create("globex", ["query", "ingest"])[1],
         "initech": keys.create("initech", ["query", "ingest"])[1],
         "acme-hr": keys.create("acme", ["query"], user="hana", groups=["hr"])[1],
+        "acme-hr-editor": keys.create("acme", ["query", "ingest"], user="hana", groups=["hr"])[1],
+        "acme-eng": keys.create("acme", ["query", "ingest"], user="eli", groups=["eng"])[1],
         "acme-admin": keys.create("acme", ["admin"])[1],
     }
     for tenant in ("acme", "globex", "initech"):  # the Shards deployment opens them on first use
