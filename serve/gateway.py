@@ -115,6 +115,7 @@ class Gateway:
             readable = await self.shards_for(key.tenant).readable(key.reader, documents)
             if readable != set(documents):
                 raise response_not_found(response_id)
+            await self.record(key, f"responses.{part}", None, documents)
         return value, documents
 
     def shards_for(self, tenant: str) -> TenantShards:

@@ -69,6 +69,9 @@ async def files(
     service = gateway(request)
     key = service.key(request, "query")
     stored = await service.shards_for(key.tenant).files(key.reader)
+    restricted = [r.doc_id for r in stored if r.access is not None]
+    if restricted:  # their names were shown: one audit entry for the page
+        await service.record(key, "files.list", None, restricted)
     listed = [objects.file_object(r) for r in stored]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
@@ -79,7 +82,9 @@ async def files(
 async def file(request: Request, file_id: str) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "query")
-    return objects.file_object(await service.shards_for(key.tenant).file(key.reader, file_id))
+    record = await service.shards_for(key.tenant).file(key.reader, file_id)
+    await service.record(key, "files.get", None, [file_id])
+    return objects.file_object(record)
 
 
 @router.get("/v1/files/{file_id}/content", response_model=None, responses=openapi.CONTENT)
@@ -116,6 +121,7 @@ async def set_access(request: Request, file_id: str, body: AccessUpdate) -> dict
     key = service.key(request, "ingest")
     readers = parse_access(body.access)
     record = await service.shards_for(key.tenant).set_access(key.reader, file_id, readers)
+    await service.record(key, "files.access", None, [file_id])
     # As changed, even when the list no longer names the caller (it reads it no more).
     return objects.file_object(record)
 
@@ -126,4 +132,5 @@ async def delete(request: Request, file_id: str) -> dict[str, Any]:
     service = gateway(request)
     key = service.key(request, "ingest")
     await service.shards_for(key.tenant).delete(key.reader, file_id)
+    await service.record(key, "files.delete", None, [file_id])
     return {"id": file_id, "object": "file", "deleted": True}

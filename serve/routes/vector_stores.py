@@ -211,7 +211,15 @@ async def list_files(
 ) -> dict[str, Any]:
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter)  # fmt: skip
+    await _shown(request, "vector_stores.files.list", [r.id for r in page.data])
     return _page(page, "vector_store.file", request)
+
+
+async def _shown(request: Request, endpoint: str, file_ids: list[str]) -> None:
+    """An audit entry for the store files whose names a response shows (serve/audit.py)."""
+    if file_ids:
+        service = gateway(request)
+        await service.record(service.key(request, "query"), endpoint, None, file_ids)
 
 
 @router.get(
@@ -221,6 +229,7 @@ async def list_files(
 )
 async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     record = await catalog(request, "query", Catalog.get_store_file, store_id, file_id)
+    await _shown(request, "vector_stores.files.get", [file_id])
     return _object(record, "vector_store.file", request)
 
 
@@ -327,6 +336,7 @@ async def batch_files(
     page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter,
                          batch_id=batch_id)  # fmt: skip
+    await _shown(request, "vector_stores.file_batches.files", [r.id for r in page.data])
     return _page(page, "vector_store.file", request)
 
 

@@ -327,3 +327,36 @@ def fill(body, file_id: str | None):
     if isinstance(body, str) and file_id is not None:
         return body.replace("{file}", file_id)
     return body
+
+
+def test_every_read_of_a_restricted_document_is_in_the_audit_trail(hr, tmp_path):
+    """HR reads the HR file by every route that shows its name, id or content: one entry
+    each, naming it."""
+    from serve.audit import AuditConfig, AuditLog
+
+    client, secrets, salaries = hr
+    reader, editor = auth(secrets["acme-hr"]), auth(secrets["acme-hr-editor"])
+    store = client.post("/v1/vector_stores", headers=editor,
+                        json={"name": "hr", "file_ids": [salaries]}).json()["id"]  # fmt: skip
+    batch = client.post(f"/v1/vector_stores/{store}/file_batches", headers=editor,
+                        json={"file_ids": [salaries]}).json()["id"]  # fmt: skip
+    asked = {"model": "grounded", "input": "What is the salary band for engineers?"}
+    response = client.post("/v1/responses", headers=reader, json=asked).json()["id"]
+    reads = {
+        "files.list": ("GET", "/v1/files"),
+        "files.get": ("GET", f"/v1/files/{salaries}"),
+        "files.content": ("GET", f"/v1/files/{salaries}/content"),
+        "vector_stores.files.list": ("GET", f"/v1/vector_stores/{store}/files"),
+        "vector_stores.files.get": ("GET", f"/v1/vector_stores/{store}/files/{salaries}"),
+        "vector_stores.files.content": (
+            "GET", f"/v1/vector_stores/{store}/files/{salaries}/content"),
+        "vector_stores.file_batches.files": (
+            "GET", f"/v1/vector_stores/{store}/file_batches/{batch}/files"),
+        "responses.body": ("GET", f"/v1/responses/{response}"),
+        "responses.input_items": ("GET", f"/v1/responses/{response}/input_items"),
+    }  # fmt: skip
+    for method, path in reads.values():
+        assert client.request(method, path, headers=reader).status_code == 200, path
+    trail = AuditLog(tmp_path / "data", AuditConfig()).entries(user="hana", document=salaries)
+    endpoints = [entry["endpoint"] for entry in trail]
+    assert endpoints == ["responses", *reads], endpoints
