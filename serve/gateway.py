@@ -22,10 +22,11 @@ from index.store.collections import VectorStoreCatalog
 from serve.api import ModelNotFoundError
 from serve.audit import AuditEntry, AuditLog
 from serve.budgets import BudgetTooSmallError, Ledger, request_caps
+from serve.caller import Caller
 from serve.config import AppConfig
 from serve.fairness import FairQueue
 from serve.identity import Authenticator
-from serve.keys import ApiKey, Keys
+from serve.keys import Keys
 from serve.metrics import metrics
 from serve.query.admission import Grant, Usage
 from serve.query.generation import GeneratorUnavailableError
@@ -86,36 +87,37 @@ class Gateway:
             for name in self.models
         }
 
-    def key(self, request: Request, scope: str) -> ApiKey:
-        """The caller's key (checked by the guard before the body was read), with ``scope``."""
-        key = getattr(request.state, "api_key", None)
-        if key is None:
-            key = self.keys.authenticate(request.headers.get("authorization"))
-        key.require(scope)
-        return key
+    def caller(self, request: Request, scope: str) -> Caller:
+        """Who is asking (the identity the guard checked before the body was read), with
+        ``scope``: built once per request (serve/routes/__init__.py)."""
+        identity = getattr(request.state, "api_key", None)
+        if identity is None:
+            identity = self.keys.authenticate(request.headers.get("authorization"))
+        identity.require(scope)
+        return Caller.asking(identity, getattr(request.state, "request_id", ""))
 
-    def scoped(self, key: ApiKey, options: QueryOptions) -> QueryOptions:
+    def scoped(self, caller: Caller, options: QueryOptions) -> QueryOptions:
         """``options`` as the caller: the shards search only what it may read (filtered
         before ranking, not after); every search of the API goes through here."""
         narrowed = dataclasses.replace(
-            options.search_filter or SearchFilter(), readable_by=key.reader
+            options.search_filter or SearchFilter(), readable_by=caller.reader
         )
         return dataclasses.replace(options, search_filter=narrowed)
 
     async def stored_response(
-        self, key: ApiKey, response_id: str, part: str
+        self, caller: Caller, response_id: str, part: str
     ) -> tuple[Any, list[str]]:
         """(``part`` of a stored response, the documents it quoted): read by its creator (or
         an admin), and only while the caller may still read every document it quoted (a
         group lost since, a list changed, a document deleted: 404, as for any absent id)."""
         value, documents = await asyncio.to_thread(
-            self.responses.read, key.tenant, key.owner, response_id, part
+            self.responses.read, caller.tenant, caller.owner, response_id, part
         )
         if documents:
-            readable = await self.shards_for(key.tenant).readable(key.reader, documents)
+            readable = await self.shards_for(caller.tenant).readable(caller.reader, documents)
             if readable != set(documents):
                 raise response_not_found(response_id)
-            await self.record(key, f"responses.{part}", None, documents)
+            await self.record(caller, f"responses.{part}", None, documents)
         return value, documents
 
     def shards_for(self, tenant: str) -> TenantShards:
@@ -141,7 +143,7 @@ class Gateway:
             "lists them)"
         )
 
-    def admission(self, key: ApiKey, grants: list[Grant]):
+    def admission(self, caller: Caller, grants: list[Grant]):
         """Budgets (reserve prompt + max_tokens in the shared ledger), then a fair slot at the
         model's generator: for the answer, and for the generator's work before it (condensing,
         the generator reranker)."""
@@ -149,40 +151,41 @@ class Gateway:
         @contextlib.asynccontextmanager
         async def admit(tokens: int, model: str):
             lease = await asyncio.to_thread(
-                self.ledger.reserve, key.tenant, key.id, key.limits, tokens
+                self.ledger.reserve, caller.tenant, caller.id, caller.limits, tokens
             )
             grant = Grant(model=model)
             try:
-                async with self.fair[model].slot(key.tenant) as turn:
+                async with self.fair[model].slot(caller.tenant) as turn:
                     grant.run = turn.run
                     grants.append(grant)
                     try:
                         yield grant
                     finally:
                         m = metrics()
-                        m.add(m.tenant_preemptions, turn.preemptions, {"tenant": key.tenant})
+                        m.add(m.tenant_preemptions, turn.preemptions, {"tenant": caller.tenant})
             finally:
                 used = grant.usage.prompt_tokens + grant.usage.completion_tokens
                 await asyncio.to_thread(self.ledger.settle, lease, used)
 
         return admit
 
-    def caps(self, key: ApiKey, asked: int | None) -> tuple[int, int | None]:
+    def caps(self, caller: Caller, asked: int | None) -> tuple[int, int | None]:
         """max_tokens and the prompt cap of a request that ``asked`` for that many answer
-        tokens (or left it to the default), from the tenant's and key's budgets."""
+        tokens (or left it to the default), from the tenant's and caller's budgets."""
         prompt_cap, completion_cap = request_caps(
-            self.config.budgets.for_tenant(key.tenant), key.limits
+            self.config.budgets.for_tenant(caller.tenant), caller.limits
         )
         if asked is not None and completion_cap is not None and asked > completion_cap:
             raise BudgetTooSmallError(
                 f"max_tokens {asked} is above your budget max_completion_tokens = "
-                f"{completion_cap} (the tenant's or this key's); ask for at most {completion_cap}",
+                f"{completion_cap} (the tenant's or this key's); ask for at most "
+                f"{completion_cap}",
                 reason="max_completion_tokens",
             )
         default = self.config.generator.max_tokens
         return asked or min(default, completion_cap or default), prompt_cap
 
-    async def account(self, key: ApiKey, answer: Answer | None, grants: list[Grant]) -> dict:
+    async def account(self, caller: Caller, answer: Answer | None, grants: list[Grant]) -> dict:
         """Record one request in the ledger (in a thread: SQLite off the event loop) and the
         per-tenant metrics, by model; returns its cost."""
         if answer is not None:
@@ -193,9 +196,9 @@ class Gateway:
                 by_model[grant.model] = by_model.get(grant.model, Usage()) + grant.usage
         outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
         cost = await asyncio.to_thread(
-            self.ledger.record, key.tenant, key.id, outcome, models=by_model
+            self.ledger.record, caller.tenant, caller.id, outcome, models=by_model
         )
-        m, tags = metrics(), {"tenant": key.tenant, "key": key.id}
+        m, tags = metrics(), {"tenant": caller.tenant, "key": caller.id}
         m.tenant_requests.inc(tags={**tags, "outcome": outcome, "reason": ""})
         for model, usage in by_model.items():
             tagged = {**tags, "model": model}
@@ -205,18 +208,25 @@ class Gateway:
             m.add(m.tenant_cost, self.ledger.cost(usage, model), tagged)
         return {"amount": round(cost, 8), "currency": self.config.budgets.prices.currency}
 
-    async def refused(self, key: ApiKey, exc: GroundedError) -> None:
+    async def refused(self, caller: Caller, exc: GroundedError) -> None:
         reason = getattr(exc, "reason", None)
         if reason is None:
             return
-        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "refused", reason=reason)
+        await asyncio.to_thread(
+            self.ledger.record, caller.tenant, caller.id, "refused", reason=reason
+        )
         metrics().tenant_requests.inc(
-            tags={"tenant": key.tenant, "key": key.id, "outcome": "refused", "reason": reason}
+            tags={
+                "tenant": caller.tenant,
+                "key": caller.id,
+                "outcome": "refused",
+                "reason": reason,
+            }
         )
 
     async def ask(
         self,
-        key: ApiKey,
+        caller: Caller,
         question: str,
         history: list[Turn],
         asked_tokens: int | None,
@@ -232,39 +242,41 @@ class Gateway:
         queue, the prompt) raise here, before anything is sent, so they become a 4xx."""
         grants: list[Grant] = []
         try:
-            tokens, prompt_cap = self.caps(key, asked_tokens)
-            options = dataclasses.replace(self.scoped(key, options), max_prompt_tokens=prompt_cap)
+            tokens, prompt_cap = self.caps(caller, asked_tokens)
+            options = dataclasses.replace(
+                self.scoped(caller, options), max_prompt_tokens=prompt_cap
+            )
             # The engine's request id is the server's own: vLLM aborts by id, so a client's
             # X-Request-Id reused by another caller must never reach it.
             engine_id = f"{request_id}-{uuid.uuid4().hex[:12]}"
             stream = self.pipeline.stream(
-                key.tenant, question, history, tokens, engine_id, options,
-                admit=self.admission(key, grants), model=model, live=streaming,
+                caller.tenant, question, history, tokens, engine_id, options,
+                admit=self.admission(caller, grants), model=model, live=streaming,
             )  # fmt: skip
             first = await anext(stream) if streaming else await _final(stream)
         except GroundedError as exc:
-            await self.refused(key, exc)
+            await self.refused(caller, exc)
             raise
         except asyncio.CancelledError:  # the client went away; account what was generated
             if grants:
-                await self.account(key, None, grants)
+                await self.account(caller, None, grants)
             raise
 
         async def finish(answer: Answer) -> dict[str, Any]:
             self.observe(answer)
             shown = [s.hit.doc_id for s in answer.sources]
-            await self.record(key, endpoint, question, shown, answer)
-            return await self.account(key, answer, grants)
+            await self.record(caller, endpoint, question, shown, answer)
+            return await self.account(caller, answer, grants)
 
         async def on_end(answer: Answer | None) -> None:
             if answer is None:  # cancelled or failed: account what was generated
-                await self.account(key, None, grants)
+                await self.account(caller, None, grants)
 
         return Asked(first, stream, finish, on_end)
 
     async def record(
         self,
-        key: ApiKey,
+        caller: Caller,
         endpoint: str,
         question: str | None,
         shown: Sequence[str],
@@ -276,8 +288,8 @@ class Gateway:
         doc_ids = tuple(shown)
         cited = tuple(c.source.hit.doc_id for c in answer.cited) if answer is not None else ()
         entry = AuditEntry(
-            key.tenant, key.identity, key.id, key.groups, endpoint, question, doc_ids, cited,
-            answer.abstained if answer is not None else None,
+            caller.tenant, caller.identity, caller.id, caller.groups, endpoint, question,
+            doc_ids, cited, answer.abstained if answer is not None else None,
         )  # fmt: skip
         await asyncio.to_thread(self.audit.append, entry)
 
@@ -295,13 +307,13 @@ class Gateway:
         m.add(m.invalid_citations, answer.invalid_citations_removed)
 
     async def stores_filter(
-        self, key: ApiKey, store_ids: list[str], filters: dict[str, Any] | None
+        self, caller: Caller, store_ids: list[str], filters: dict[str, Any] | None
     ) -> tuple[SearchFilter | None, dict[str, dict[str, Any]]]:
         """Retrieval narrowed to the caller's vector stores: the documents that are members
         of any of them and whose membership attributes pass ``filters`` (OpenAI's comparison
         and compound filters), with those attributes. ``vs_<tenant>`` is the tenant's whole
         document set (no narrowing), which has no attributes to filter on."""
-        tenant = key.tenant
+        tenant = caller.tenant
         alias = f"vs_{tenant}"
         if alias in store_ids or tenant in store_ids:
             if filters is not None:
@@ -312,26 +324,28 @@ class Gateway:
                 )
             return None, {}
         members = await self.shards_for(tenant).catalog(
-            key.reader, VectorStoreCatalog.matching_members, store_ids, filters
+            caller.reader, VectorStoreCatalog.matching_members, store_ids, filters
         )
         return SearchFilter(doc_ids=tuple(members)), members
 
-    async def embed(self, key: ApiKey, texts: list[str]):
+    async def embed(self, caller: Caller, texts: list[str]):
         """Embeddings under the caller's budgets: reserved with the generator's tokenizer (an
         estimate made before the embedder runs); charged and recorded as the embedder's own
         count, the usage the response reports. Returns (vectors, tokens)."""
         reserved = sum(self.generator.count(text) for text in texts)
         try:
             lease = await asyncio.to_thread(
-                self.ledger.reserve, key.tenant, key.id, key.limits, reserved
+                self.ledger.reserve, caller.tenant, caller.id, caller.limits, reserved
             )
         except GroundedError as exc:
-            await self.refused(key, exc)
+            await self.refused(caller, exc)
             raise
         tokens = 0
         try:
             vectors, tokens = await self._embed(texts)
         finally:
             await asyncio.to_thread(self.ledger.settle, lease, tokens)
-        await asyncio.to_thread(self.ledger.record, key.tenant, key.id, "embedded", prompt=tokens)
+        await asyncio.to_thread(
+            self.ledger.record, caller.tenant, caller.id, "embedded", prompt=tokens
+        )
         return vectors, tokens

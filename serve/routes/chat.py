@@ -9,21 +9,20 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve import api, openapi
 from serve.query.pipeline import Answer
-from serve.routes import gateway
+from serve.routes import Querying, gateway
 from serve.streaming import chat_events
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=openapi.CHAT)
-async def chat(request: Request, body: api.ChatRequest):
+async def chat(request: Request, caller: Querying, body: api.ChatRequest):
     service = gateway(request)
-    key = service.key(request, "query")
     model = service.model_for(body.model)
     request_id = "chatcmpl-" + request.state.request_id.removeprefix("req-")
     created, files_url = api.now(), f"{request.base_url}v1/files"
     asked = await service.ask(
-        key, body.question(), body.history(), body.answer_tokens(), body.options(),
+        caller, body.question(), body.history(), body.answer_tokens(), body.options(),
         request_id, streaming=body.stream, model=model,
     )  # fmt: skip
     if not body.stream:

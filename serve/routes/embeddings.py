@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from serve import api, objects, openapi
-from serve.routes import gateway
+from serve.routes import Querying, gateway
 
 router = APIRouter()
 
@@ -18,16 +18,16 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/v1/models", response_model=None, responses=openapi.MODELS)
-async def models(request: Request) -> dict[str, Any]:
+async def models(request: Request, caller: Querying) -> dict[str, Any]:
     service = gateway(request)
-    service.key(request, "query")
     return objects.models_list(service.models, service.embedding_model)
 
 
 @router.post("/v1/embeddings", response_model=None, responses=openapi.EMBEDDINGS)
-async def embeddings(request: Request, body: api.EmbeddingRequest) -> dict[str, Any]:
+async def embeddings(
+    request: Request, caller: Querying, body: api.EmbeddingRequest
+) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "query")
     objects.check_embedding_model(body.model, service.embedding_model)
-    vectors, tokens = await service.embed(key, body.texts())
+    vectors, tokens = await service.embed(caller, body.texts())
     return objects.embeddings(vectors, body.encoding_format, tokens, body.model)

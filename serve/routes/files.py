@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from index.access import KEEP, parse_access
 from index.errors import InvalidRequestError
 from serve import objects, openapi
-from serve.routes import gateway
+from serve.routes import Ingesting, Querying, gateway
 
 router = APIRouter()
 
@@ -26,12 +26,12 @@ FILES_LIMIT = 10_000  # OpenAI's default and maximum page for GET /v1/files
 @router.post("/v1/files", response_model=None, responses=openapi.FILE)
 async def upload(
     request: Request,
+    caller: Ingesting,
     file: UploadFile = File(...),  # noqa: B008
     purpose: str = Form("assistants"),  # accepted as OpenAI clients send it; not used
     access: str | None = Form(None),  # Grounded's: who may read it (index/access.py)
 ) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "ingest")
     if access is None and "access" in (await request.form()):  # sent empty: a slip, a 400
         access = ""
     readers = KEEP if access is None else parse_access(access)
@@ -48,8 +48,8 @@ async def upload(
         error.status = 413
         raise error
     wait_s = service.config.serve.upload_wait_s
-    result, record = await service.shards_for(key.tenant).upload(
-        key.reader, name, data, wait_s, readers
+    result, record = await service.shards_for(caller.tenant).upload(
+        caller.reader, name, data, wait_s, readers
     )
     if result is not None and result.status == "refused":
         raise objects.refusal(result)
@@ -59,6 +59,7 @@ async def upload(
 @router.get("/v1/files", response_model=None, responses=openapi.FILES)
 async def files(
     request: Request,
+    caller: Querying,
     after: str | None = None,
     limit: int = FILES_LIMIT,
     order: str = "desc",
@@ -67,11 +68,10 @@ async def files(
     """OpenAI's file list: newest first by default, up to 10,000 a page (the spec's bounds).
     Every file here is an ``assistants`` file: another ``purpose`` lists none."""
     service = gateway(request)
-    key = service.key(request, "query")
-    stored = await service.shards_for(key.tenant).files(key.reader)
+    stored = await service.shards_for(caller.tenant).files(caller.reader)
     restricted = [r.doc_id for r in stored if r.access is not None]
     if restricted:  # their names were shown: one audit entry for the page
-        await service.record(key, "files.list", None, restricted)
+        await service.record(caller, "files.list", None, restricted)
     listed = [objects.file_object(r) for r in stored]
     listed = [f for f in listed if purpose in (None, f["purpose"])]
     listed.sort(key=lambda f: f["created_at"])  # oldest first; stable for equal times
@@ -79,25 +79,23 @@ async def files(
 
 
 @router.get("/v1/files/{file_id}", response_model=None, responses=openapi.FILE)
-async def file(request: Request, file_id: str) -> dict[str, Any]:
+async def file(request: Request, caller: Querying, file_id: str) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "query")
-    record = await service.shards_for(key.tenant).file(key.reader, file_id)
-    await service.record(key, "files.get", None, [file_id])
+    record = await service.shards_for(caller.tenant).file(caller.reader, file_id)
+    await service.record(caller, "files.get", None, [file_id])
     return objects.file_object(record)
 
 
 @router.get("/v1/files/{file_id}/content", response_model=None, responses=openapi.CONTENT)
-async def file_content(request: Request, file_id: str, format: str = "original"):
+async def file_content(request: Request, caller: Querying, file_id: str, format: str = "original"):
     """The file as uploaded; ``?format=text``: its text as stored (extracted from PDF and
     HTML), of which citation URLs give character ranges (``#char=start,end``)."""
     service = gateway(request)
     if format not in ("original", "text"):
         raise InvalidRequestError(f"format {format!r}: use original or text", param="format")
-    key = service.key(request, "query")
-    shards = service.shards_for(key.tenant)
-    kind, *found = await shards.content(key.reader, file_id, format == "text")
-    await service.record(key, "files.content", None, [file_id])
+    shards = service.shards_for(caller.tenant)
+    kind, *found = await shards.content(caller.reader, file_id, format == "text")
+    await service.record(caller, "files.content", None, [file_id])
     if kind == "text":
         return PlainTextResponse(found[0])
     name, data = found
@@ -113,24 +111,24 @@ class AccessUpdate(BaseModel):
 
 
 @router.post("/v1/files/{file_id}/access", response_model=None, responses=openapi.FILE)
-async def set_access(request: Request, file_id: str, body: AccessUpdate) -> dict[str, Any]:
+async def set_access(
+    request: Request, caller: Ingesting, file_id: str, body: AccessUpdate
+) -> dict[str, Any]:
     """Grounded's: who may read a stored file, from the next request on (nothing is embedded
     again). Needs the ingest scope, and the file's owner or an admin (403 for a file the
     caller reads but does not own; 404 for one it may not read)."""
     service = gateway(request)
-    key = service.key(request, "ingest")
     readers = parse_access(body.access)
-    record = await service.shards_for(key.tenant).set_access(key.reader, file_id, readers)
-    await service.record(key, "files.access", None, [file_id])
+    record = await service.shards_for(caller.tenant).set_access(caller.reader, file_id, readers)
+    await service.record(caller, "files.access", None, [file_id])
     # As changed, even when the list no longer names the caller (it reads it no more).
     return objects.file_object(record)
 
 
 @router.delete("/v1/files/{file_id}", response_model=None, responses=openapi.DELETED)
-async def delete(request: Request, file_id: str) -> dict[str, Any]:
+async def delete(request: Request, caller: Ingesting, file_id: str) -> dict[str, Any]:
     """Needs the ingest scope, and the file's owner or an admin (as for its access)."""
     service = gateway(request)
-    key = service.key(request, "ingest")
-    await service.shards_for(key.tenant).delete(key.reader, file_id)
-    await service.record(key, "files.delete", None, [file_id])
+    await service.shards_for(caller.tenant).delete(caller.reader, file_id)
+    await service.record(caller, "files.delete", None, [file_id])
     return {"id": file_id, "object": "file", "deleted": True}

@@ -21,7 +21,7 @@ from serve.responses import (
     new_id,
     response_events,
 )
-from serve.routes import gateway
+from serve.routes import Querying, gateway
 
 router = APIRouter()
 
@@ -40,20 +40,21 @@ def _input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @router.post("/v1/responses", response_model=None, responses=openapi.RESPONSE)
-async def create_response(request: Request, body: ResponseRequest):
+async def create_response(request: Request, caller: Querying, body: ResponseRequest):
     service = gateway(request)
-    key = service.key(request, "query")
     model = service.model_for(body.model)
     question, turns = conversation(body.items())
     quoted: list[str] = []  # the documents the conversation has quoted so far
     if body.previous_response_id:
-        earlier, quoted = await service.stored_response(key, body.previous_response_id, "history")
+        earlier, quoted = await service.stored_response(
+            caller, body.previous_response_id, "history"
+        )
         turns = [Turn(role, text) for role, text in earlier] + turns
     tool = body.file_search()
     options, attributes = QueryOptions(), {}
     if tool is not None:
         search_filter, attributes = await service.stores_filter(
-            key, tool.vector_store_ids, tool.filters
+            caller, tool.vector_store_ids, tool.filters
         )
         threshold = tool.ranking_options.score_threshold if tool.ranking_options else None
         options = QueryOptions(top_k=tool.max_num_results or MAX_RESULTS,
@@ -65,7 +66,7 @@ async def create_response(request: Request, body: ResponseRequest):
         search_id=new_id("fs") if tool is not None else None,
     )
     asked = await service.ask(
-        key,
+        caller,
         question,
         turns,
         body.max_output_tokens,
@@ -83,8 +84,8 @@ async def create_response(request: Request, body: ResponseRequest):
             history = [(t.role, t.content) for t in turns]
             history += [("user", question), ("assistant", answer.text)]
             documents = [*quoted, *(s.hit.doc_id for s in answer.sources)]
-            await asyncio.to_thread(service.responses.save, key.tenant, response,
-                                    _input_items(body.items()), history, key.identity,
+            await asyncio.to_thread(service.responses.save, caller.tenant, response,
+                                    _input_items(body.items()), history, caller.identity,
                                     documents)  # fmt: skip
         return response
 
@@ -97,19 +98,17 @@ async def create_response(request: Request, body: ResponseRequest):
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=openapi.RESPONSE)
-async def get_response(request: Request, response_id: str) -> dict[str, Any]:
+async def get_response(request: Request, caller: Querying, response_id: str) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "query")
-    return (await service.stored_response(key, response_id, "body"))[0]
+    return (await service.stored_response(caller, response_id, "body"))[0]
 
 
 @router.delete(
     "/v1/responses/{response_id}", response_model=None, responses=openapi.RESPONSE_DELETED
 )
-async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
+async def delete_response(request: Request, caller: Querying, response_id: str) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "query")
-    await asyncio.to_thread(service.responses.delete, key.tenant, key.owner, response_id)
+    await asyncio.to_thread(service.responses.delete, caller.tenant, caller.owner, response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
 
@@ -118,12 +117,12 @@ async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
 )
 async def input_items(
     request: Request,
+    caller: Querying,
     response_id: str,
     limit: int = 20,
     order: str = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
     service = gateway(request)
-    key = service.key(request, "query")
-    items, _ = await service.stored_response(key, response_id, "input_items")
+    items, _ = await service.stored_response(caller, response_id, "input_items")
     return objects.cursor_page(items, limit=limit, order=order, after=after)

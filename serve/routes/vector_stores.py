@@ -21,8 +21,9 @@ from index.errors import InvalidRequestError
 from index.store.collection_types import FileSpec
 from index.store.collections import VectorStoreCatalog as Catalog
 from serve import api, objects, openapi
+from serve.caller import Caller
 from serve.query.pipeline import QueryOptions
-from serve.routes import gateway
+from serve.routes import Ingesting, Querying, gateway
 
 router = APIRouter()
 P = ParamSpec("P")
@@ -83,16 +84,15 @@ class BatchCreate(BaseModel):
 
 async def catalog(
     request: Request,
-    scope: str,
+    caller: Caller,
     operation: Callable[Concatenate[Catalog, P], R],
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> R:
-    """A VectorStoreCatalog call on the caller's tenant shard, as the caller (after the key's
-    check): what it may not read is absent from every answer (index/store/collections.py)."""
-    service = gateway(request)
-    key = service.key(request, scope)
-    return await service.shards_for(key.tenant).catalog(key.reader, operation, *args, **kwargs)
+    """A VectorStoreCatalog call on the caller's tenant shard, as the caller: what it may not
+    read is absent from every answer (index/store/collections.py)."""
+    shards = gateway(request).shards_for(caller.tenant)
+    return await shards.catalog(caller.reader, operation, *args, **kwargs)
 
 
 def _chunking(request: Request, strategy: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -133,9 +133,9 @@ def _page(page: Any, name: ObjectName, request: Request) -> dict[str, Any]:
 
 
 @router.post("/v1/vector_stores", response_model=None, responses=openapi.VECTOR_STORE)
-async def create_store(request: Request, body: StoreCreate) -> dict[str, Any]:
+async def create_store(request: Request, caller: Ingesting, body: StoreCreate) -> dict[str, Any]:
     record = await catalog(
-        request, "ingest", Catalog.create_store, name=body.name, metadata=body.metadata,
+        request, caller, Catalog.create_store, name=body.name, metadata=body.metadata,
         expires_after=body.expires_after, file_ids=body.file_ids,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
@@ -145,6 +145,7 @@ async def create_store(request: Request, body: StoreCreate) -> dict[str, Any]:
 @router.get("/v1/vector_stores", response_model=None, responses=openapi.VECTOR_STORES)
 async def list_stores(
     request: Request,
+    caller: Querying,
     limit: int = 20,
     order: str = "desc",
     after: str | None = None,
@@ -152,7 +153,7 @@ async def list_stores(
 ) -> dict[str, Any]:
     page = await catalog(
         request,
-        "query",
+        caller,
         Catalog.list_stores,
         limit=limit,
         order=order,
@@ -163,35 +164,39 @@ async def list_stores(
 
 
 @router.get("/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE)
-async def get_store(request: Request, store_id: str) -> dict[str, Any]:
+async def get_store(request: Request, caller: Querying, store_id: str) -> dict[str, Any]:
     return _object(
-        await catalog(request, "query", Catalog.get_store, store_id),
+        await catalog(request, caller, Catalog.get_store, store_id),
         "vector_store",
         request,
     )
 
 
 @router.post("/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE)
-async def update_store(request: Request, store_id: str, body: StoreUpdate) -> dict[str, Any]:
+async def update_store(
+    request: Request, caller: Ingesting, store_id: str, body: StoreUpdate
+) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True)
-    record = await catalog(request, "ingest", Catalog.update_store, store_id, **changes)
+    record = await catalog(request, caller, Catalog.update_store, store_id, **changes)
     return _object(record, "vector_store", request)
 
 
 @router.delete(
     "/v1/vector_stores/{store_id}", response_model=None, responses=openapi.VECTOR_STORE_DELETED
 )
-async def delete_store(request: Request, store_id: str) -> dict[str, Any]:
-    await catalog(request, "ingest", Catalog.delete_store, store_id)
+async def delete_store(request: Request, caller: Ingesting, store_id: str) -> dict[str, Any]:
+    await catalog(request, caller, Catalog.delete_store, store_id)
     return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
 
 @router.post(
     "/v1/vector_stores/{store_id}/files", response_model=None, responses=openapi.STORE_FILE
 )
-async def attach_file(request: Request, store_id: str, body: StoreFileCreate) -> dict[str, Any]:
+async def attach_file(
+    request: Request, caller: Ingesting, store_id: str, body: StoreFileCreate
+) -> dict[str, Any]:
     [record] = await catalog(
-        request, "ingest", Catalog.attach, store_id, [body.file_id], attributes=body.attributes,
+        request, caller, Catalog.attach, store_id, [body.file_id], attributes=body.attributes,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
     return _object(record, "vector_store.file", request)
@@ -202,6 +207,7 @@ async def attach_file(request: Request, store_id: str, body: StoreFileCreate) ->
 )
 async def list_files(
     request: Request,
+    caller: Querying,
     store_id: str,
     limit: int = 20,
     order: str = "desc",
@@ -209,17 +215,16 @@ async def list_files(
     before: str | None = None,
     filter: str | None = None,
 ) -> dict[str, Any]:
-    page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
+    page = await catalog(request, caller, Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter)  # fmt: skip
-    await _shown(request, "vector_stores.files.list", [r.id for r in page.data])
+    await _shown(request, caller, "vector_stores.files.list", [r.id for r in page.data])
     return _page(page, "vector_store.file", request)
 
 
-async def _shown(request: Request, endpoint: str, file_ids: list[str]) -> None:
+async def _shown(request: Request, caller: Caller, endpoint: str, file_ids: list[str]) -> None:
     """An audit entry for the store files whose names a response shows (serve/audit.py)."""
     if file_ids:
-        service = gateway(request)
-        await service.record(service.key(request, "query"), endpoint, None, file_ids)
+        await gateway(request).record(caller, endpoint, None, file_ids)
 
 
 @router.get(
@@ -227,9 +232,11 @@ async def _shown(request: Request, endpoint: str, file_ids: list[str]) -> None:
     response_model=None,
     responses=openapi.STORE_FILE,
 )
-async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
-    record = await catalog(request, "query", Catalog.get_store_file, store_id, file_id)
-    await _shown(request, "vector_stores.files.get", [file_id])
+async def get_file(
+    request: Request, caller: Querying, store_id: str, file_id: str
+) -> dict[str, Any]:
+    record = await catalog(request, caller, Catalog.get_store_file, store_id, file_id)
+    await _shown(request, caller, "vector_stores.files.get", [file_id])
     return _object(record, "vector_store.file", request)
 
 
@@ -239,11 +246,11 @@ async def get_file(request: Request, store_id: str, file_id: str) -> dict[str, A
     responses=openapi.STORE_FILE,
 )
 async def update_file(
-    request: Request, store_id: str, file_id: str, body: StoreFileUpdate
+    request: Request, caller: Ingesting, store_id: str, file_id: str, body: StoreFileUpdate
 ) -> dict[str, Any]:
     record = await catalog(
         request,
-        "ingest",
+        caller,
         Catalog.update_store_file_attributes,
         store_id,
         file_id,
@@ -257,8 +264,10 @@ async def update_file(
     response_model=None,
     responses=openapi.STORE_FILE_DELETED,
 )
-async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
-    await catalog(request, "ingest", Catalog.detach, store_id, file_id)
+async def detach_file(
+    request: Request, caller: Ingesting, store_id: str, file_id: str
+) -> dict[str, Any]:
+    await catalog(request, caller, Catalog.detach, store_id, file_id)
     return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
 
@@ -267,13 +276,14 @@ async def detach_file(request: Request, store_id: str, file_id: str) -> dict[str
     response_model=None,
     responses=openapi.STORE_FILE_CONTENT,
 )
-async def file_content(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
+async def file_content(
+    request: Request, caller: Querying, store_id: str, file_id: str
+) -> dict[str, Any]:
     """The file's text as Grounded stores it (what its chunks index), one text part."""
-    await catalog(request, "query", Catalog.get_store_file, store_id, file_id)  # a member, or 404
+    await catalog(request, caller, Catalog.get_store_file, store_id, file_id)  # a member, or 404
     service = gateway(request)
-    key = service.key(request, "query")
-    text = await service.shards_for(key.tenant).text(key.reader, file_id)
-    await service.record(key, "vector_stores.files.content", None, [file_id])
+    text = await service.shards_for(caller.tenant).text(caller.reader, file_id)
+    await service.record(caller, "vector_stores.files.content", None, [file_id])
     return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text}],
             "has_more": False, "next_page": None}  # fmt: skip
 
@@ -281,7 +291,9 @@ async def file_content(request: Request, store_id: str, file_id: str) -> dict[st
 @router.post(
     "/v1/vector_stores/{store_id}/file_batches", response_model=None, responses=openapi.BATCH
 )
-async def create_batch(request: Request, store_id: str, body: BatchCreate) -> dict[str, Any]:
+async def create_batch(
+    request: Request, caller: Ingesting, store_id: str, body: BatchCreate
+) -> dict[str, Any]:
     if body.file_ids and body.files:
         raise InvalidRequestError("give file_ids or files, not both", param="files")
     files = [FileSpec(f.file_id, f.attributes, _chunking(request, f.chunking_strategy))
@@ -289,7 +301,7 @@ async def create_batch(request: Request, store_id: str, body: BatchCreate) -> di
     if not files:
         raise InvalidRequestError("a batch needs file_ids (or files)", param="file_ids")
     record = await catalog(
-        request, "ingest", Catalog.create_batch, store_id, files, attributes=body.attributes,
+        request, caller, Catalog.create_batch, store_id, files, attributes=body.attributes,
         chunking_strategy=_chunking(request, body.chunking_strategy),
     )  # fmt: skip
     return _object(record, "vector_store.files_batch", request)
@@ -300,8 +312,10 @@ async def create_batch(request: Request, store_id: str, body: BatchCreate) -> di
     response_model=None,
     responses=openapi.BATCH,
 )
-async def get_batch(request: Request, store_id: str, batch_id: str) -> dict[str, Any]:
-    record = await catalog(request, "query", Catalog.get_batch, store_id, batch_id)
+async def get_batch(
+    request: Request, caller: Querying, store_id: str, batch_id: str
+) -> dict[str, Any]:
+    record = await catalog(request, caller, Catalog.get_batch, store_id, batch_id)
     return _object(record, "vector_store.files_batch", request)
 
 
@@ -310,10 +324,12 @@ async def get_batch(request: Request, store_id: str, batch_id: str) -> dict[str,
     response_model=None,
     responses=openapi.BATCH,
 )
-async def cancel_batch(request: Request, store_id: str, batch_id: str) -> dict[str, Any]:
+async def cancel_batch(
+    request: Request, caller: Ingesting, store_id: str, batch_id: str
+) -> dict[str, Any]:
     """A batch is complete when it is created (its files are already embedded): nothing is
     left to cancel, and the batch is returned as it is."""
-    record = await catalog(request, "ingest", Catalog.get_batch, store_id, batch_id)
+    record = await catalog(request, caller, Catalog.get_batch, store_id, batch_id)
     return _object(record, "vector_store.files_batch", request)
 
 
@@ -324,6 +340,7 @@ async def cancel_batch(request: Request, store_id: str, batch_id: str) -> dict[s
 )
 async def batch_files(
     request: Request,
+    caller: Querying,
     store_id: str,
     batch_id: str,
     limit: int = 20,
@@ -332,44 +349,45 @@ async def batch_files(
     before: str | None = None,
     filter: str | None = None,
 ) -> dict[str, Any]:
-    await catalog(request, "query", Catalog.get_batch, store_id, batch_id)  # a batch of this store
-    page = await catalog(request, "query", Catalog.list_store_files, store_id, limit=limit,
+    await catalog(request, caller, Catalog.get_batch, store_id, batch_id)  # a batch of this store
+    page = await catalog(request, caller, Catalog.list_store_files, store_id, limit=limit,
                          order=order, after=after, before=before, status=filter,
                          batch_id=batch_id)  # fmt: skip
-    await _shown(request, "vector_stores.file_batches.files", [r.id for r in page.data])
+    await _shown(request, caller, "vector_stores.file_batches.files", [r.id for r in page.data])
     return _page(page, "vector_store.file", request)
 
 
 @router.post("/v1/vector_stores/{store_id}/search", response_model=None, responses=openapi.SEARCH)
-async def search(request: Request, store_id: str, body: api.SearchRequest) -> dict[str, Any]:
+async def search(
+    request: Request, caller: Querying, store_id: str, body: api.SearchRequest
+) -> dict[str, Any]:
     """Retrieval only, in OpenAI's shape: over a vector store (OpenAI's filters on its files'
     attributes), or over ``vs_<tenant>``, the whole document set (the extension filters)."""
     service = gateway(request)
-    key = service.key(request, "query")
     query = body.text()
     threshold = body.ranking_options.score_threshold if body.ranking_options else None
     if isinstance(body.filters, api.Filters):  # Grounded's extension shape
-        search_filter, attributes = await service.stores_filter(key, [store_id], None)
+        search_filter, attributes = await service.stores_filter(caller, [store_id], None)
         if search_filter is not None:
             raise InvalidRequestError(
                 "this filters shape (file_ids, filenames, attributes) applies to the "
-                f"tenant's whole document set, vs_{key.tenant}; for a vector store use "
+                f"tenant's whole document set, vs_{caller.tenant}; for a vector store use "
                 "OpenAI's filters ({'type': 'eq', 'key': ..., 'value': ...})",
                 param="filters",
             )
         search_filter = body.filters.search_filter()
     else:
-        search_filter, attributes = await service.stores_filter(key, [store_id], body.filters)
-    options = service.scoped(key, QueryOptions(
+        search_filter, attributes = await service.stores_filter(caller, [store_id], body.filters)
+    options = service.scoped(caller, QueryOptions(
         top_k=body.max_num_results, gate=False, score_threshold=threshold,
         search_filter=search_filter,
     ))  # fmt: skip
     # The generator reranker, when configured, is the generator's work: admitted.
     hits = await service.pipeline.retrieve(
-        key.tenant, query, options, admit=service.admission(key, [])
+        caller.tenant, query, options, admit=service.admission(caller, [])
     )
-    await service.record(key, "vector_stores.search", query, [h.doc_id for h in hits])
+    await service.record(caller, "vector_stores.search", query, [h.doc_id for h in hits])
     if not attributes:  # the whole document set: the files' upload attributes
-        shards = service.shards_for(key.tenant)
-        attributes = await shards.attributes(key.reader, [h.doc_id for h in hits])
+        shards = service.shards_for(caller.tenant)
+        attributes = await shards.attributes(caller.reader, [h.doc_id for h in hits])
     return objects.search_page(body.query, hits, attributes, provenance=body.grounded)
