@@ -37,7 +37,7 @@ from index.errors import (
     GroundedError,
     PermissionDeniedError,
 )
-from index.pipeline import IngestResult, SourceFile, doc_id_for
+from index.pipeline import IngestResult
 from index.service import IndexService
 from index.store.collections import MUTATIONS, VectorStoreCatalog
 from index.store.shard import TenantShard
@@ -62,17 +62,10 @@ from serve.shard_owners import (
     replay,
     upload_entry,
 )
+from serve.upload_ingestion import UploadIngestion, upload_id
 
 log = logging.getLogger("grounded")
 StoredFile = DocumentRecord | UploadRecord
-
-
-def upload_id(tenant: str, owner: str | None, file_name: str) -> str:
-    """The file id of ``owner``'s upload named ``file_name``: the same name uploaded again
-    by the same identity is a new version; by another, another document. (None: the logs
-    of uploads from before owners were recorded.)"""
-    who = "" if owner is None else f"{owner}:"
-    return doc_id_for(f"upload:{tenant}:{who}{file_name}")
 
 
 def no_such_file(file_id: str) -> DocumentNotFoundError:
@@ -103,7 +96,7 @@ class ShardHost:
         self.placement = placement
         self.service: IndexService | None = None
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
-        self.ingesting: dict[tuple[str, str], asyncio.Task] = {}  # (tenant, file id) -> task
+        self.uploads = UploadIngestion(lambda: self.service)
         self.owners = None
         self.leases: dict[str, ShardLease] = {}  # tenant -> this host's lease (several nodes)
         self.writing: dict[str, asyncio.Lock] = {}  # tenant -> its writes, one at a time
@@ -139,15 +132,10 @@ class ShardHost:
         shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
         if self.owners is None:  # several nodes: resumed once the shard is owned (_own)
-            await self._resume_uploads(shard, tenant)
+            await self.uploads.resume(shard, tenant)
         metrics().shards_loaded.set(len(self.loaded))
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return shard
-
-    async def _resume_uploads(self, shard: TenantShard, tenant: str) -> None:
-        for upload in await asyncio.to_thread(Uploads(shard).unfinished):
-            if upload.status == "in_progress":  # interrupted by a restart: resumed here
-                self._ingest_upload(shard, tenant, upload.doc_id)
 
     async def shard(self, tenant: str) -> TenantShard:
         """The tenant's shard, owned first with several nodes."""
@@ -173,7 +161,7 @@ class ShardHost:
         try:
             shard = await self.get_shard(tenant)
             started, applied = time.perf_counter(), 0
-            position, ingest = Replayed(shard.directory), self._replayed_upload(shard, tenant)
+            position, ingest = Replayed(shard.directory), self.uploads.replayed(shard, tenant)
             while True:
                 applied += await asyncio.to_thread(
                     replay, self.owners, tenant, position, ingest, shard
@@ -191,27 +179,10 @@ class ShardHost:
             log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
                      time.perf_counter() - started)  # fmt: skip
         self.leases[tenant] = lease
-        await self._resume_uploads(shard, tenant)
+        await self.uploads.resume(shard, tenant)
         if self._renewing is None or self._renewing.done():
             self._renewing = asyncio.get_running_loop().create_task(self._renew())
         return shard
-
-    def _replayed_upload(self, shard: TenantShard, tenant: str):
-        """A logged upload, applied as it was when it came (kept, then ingested), in the
-        replaying thread; a refusal or failure is kept as it was the first time."""
-
-        def ingest(file_name: str, data: bytes, access, owner: str | None = None) -> None:
-            doc_id = upload_id(tenant, owner, file_name)
-            Uploads(shard).store(doc_id, file_name, data, access, owner)
-            try:
-                result, _ = self._ingest_stored(shard, tenant, doc_id)
-            except Exception:  # recorded on the upload, as when it first ran
-                log.warning("replaying %s for %r failed", file_name, tenant, exc_info=True)
-                return
-            if result.status == "refused":
-                Uploads(shard).forget(doc_id)
-
-        return ingest
 
     async def _renew(self) -> None:
         """Renew this host's leases every third of their length; a lease lost (the host
@@ -342,7 +313,7 @@ class ShardHost:
         entry = upload_entry(file_name, access, owner)
         async with self._write(shard, tenant, "upload", entry, data):
             await asyncio.to_thread(uploads.store, doc_id, file_name, data, access, owner)
-        task = self._ingest_upload(shard, tenant, doc_id)
+        task = self.uploads.start(shard, tenant, doc_id)
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:
             return None, await asyncio.to_thread(uploads.get, doc_id)
@@ -350,60 +321,6 @@ class ShardHost:
         if result.status == "refused":
             await asyncio.to_thread(uploads.forget, doc_id)
         return result, record
-
-    def _ingest_upload(self, shard: TenantShard, tenant: str, doc_id: str) -> asyncio.Task:
-        """The stored upload's ingestion, as a task of this host; a newer upload of the
-        same file waits for the one before it."""
-        key, previous = (tenant, doc_id), self.ingesting.get((tenant, doc_id))
-
-        async def run():
-            if previous is not None:
-                await asyncio.wait({previous})
-            return await asyncio.to_thread(self._ingest_stored, shard, tenant, doc_id)
-
-        task = asyncio.get_running_loop().create_task(run())
-        self.ingesting[key] = task
-        task.add_done_callback(lambda t: self.ingesting.get(key) is t and self.ingesting.pop(key))
-        return task
-
-    def _ingest_stored(self, shard: TenantShard, tenant: str, doc_id: str):
-        uploads = Uploads(shard)
-        pending = uploads.bytes_of(doc_id, pending=True)
-        if pending is None:  # ingested by the task before it (the same bytes), or deleted
-            try:
-                record = shard.get_document(doc_id)
-            except DocumentNotFoundError:
-                return _deleted(doc_id, doc_id), None
-            done = IngestResult(doc_id, record.file_name, "unchanged", doc_id, record.version,
-                                record.chunk_count)  # fmt: skip
-            return done, record
-        file_name, data = pending
-        pipeline = self.service.pipeline_for(shard)
-
-        def deleted(doc_id: str) -> bool:  # asked while scans are read: OCR stops at once
-            return not uploads.pending(doc_id)
-
-        upload = uploads.get(doc_id)
-        source = SourceFile.from_bytes(
-            data, file_name, source=f"upload:{tenant}:{file_name}", doc_id=doc_id,
-            access=uploads.access(doc_id), owner=upload.owner,
-        )  # fmt: skip
-        try:
-            try:
-                [result] = list(pipeline.ingest([source], deleted))
-            except EmbedderChangedError:  # a reindex moved the shard meanwhile: its new model
-                [result] = list(self.service.pipeline_for(shard).ingest([source], deleted))
-        except Exception as exc:  # kept with the reason; the caller sees the failure too
-            uploads.finish(doc_id, f"ingestion failed ({type(exc).__name__}); upload it again",
-                           data)  # fmt: skip
-            raise
-        if not uploads.pending(doc_id):  # deleted while it was ingested
-            with contextlib.suppress(DocumentNotFoundError):
-                shard.delete_document(doc_id)
-            return _deleted(doc_id, file_name), None
-        uploads.finish(doc_id, result.reason if result.status == "refused" else None, data)
-        metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
-        return result, shard.get_document(doc_id) if result.status != "refused" else None
 
     async def files(self, tenant: str, reader: Reader) -> list[StoredFile]:
         """The files ``reader`` may read: the tenant's documents, then the uploads not (yet)
@@ -520,9 +437,3 @@ def check_catalog_operation(operation: Callable) -> None:
     name = getattr(operation, "__name__", "")
     if name.startswith("_") or getattr(VectorStoreCatalog, name, None) is not operation:
         raise ValueError(f"not a VectorStoreCatalog operation: {operation!r}")
-
-
-def _deleted(doc_id: str, file_name: str) -> IngestResult:
-    """The upload was deleted before its ingestion ended: nothing of it is kept."""
-    reason = "deleted while it was being ingested; nothing of it was kept"
-    return IngestResult(doc_id, file_name, "refused", reason=reason, refusal_status=409)

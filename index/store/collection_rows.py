@@ -8,14 +8,18 @@ import sqlite3
 from collections.abc import Collection
 
 from index.access import Reader
+from index.errors import PermissionDeniedError
 from index.store.collection_types import (
     DAY,
     FILE_STATUSES,
+    ExpiresAfter,
     FileCounts,
     FileError,
     FileSpec,
     VectorStoreFileRecord,
+    VectorStoreRecord,
     file_not_found,
+    store_not_found,
 )
 from index.store.rows import readable_sql
 
@@ -119,3 +123,40 @@ def file_record(
         doc_id, store_id, created_at, status, size, json.loads(attrs), json.loads(strategy),
         error and FileError(**json.loads(error)), batch_id, file_name,
     )  # fmt: skip
+
+
+def store_record(
+    db: sqlite3.Connection, reader: Reader, store_id: str, now: int
+) -> VectorStoreRecord:
+    """A store as ``reader`` sees it (counts and size of the members it may read)."""
+    row = db.execute(
+        "SELECT name, metadata, expires_after, created_at, last_active_at FROM vector_stores"
+        " WHERE id = ?",
+        (store_id,),
+    ).fetchone()
+    if row is None:
+        raise store_not_found(store_id)
+    name, metadata, expiry, created_at, last_active = row
+    counts, usage = file_counts(db, reader, "f.store_id = ?", store_id)
+    expires_at = expiry_time(last_active, expiry)
+    if expires_at is not None and now >= expires_at:
+        status = "expired"
+    else:
+        status = "in_progress" if counts.in_progress else "completed"
+    return VectorStoreRecord(
+        store_id, name, created_at, last_active, status, counts, usage,
+        json.loads(metadata), expiry and ExpiresAfter(json.loads(expiry)["days"]), expires_at,
+    )  # fmt: skip
+
+
+def require_writable(db: sqlite3.Connection, reader: Reader, store_id: str) -> None:
+    """The store, when ``reader`` may change it: its owner or an admin (403 else; 404 when
+    it does not exist)."""
+    row = db.execute("SELECT owner FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
+    if row is None:
+        raise store_not_found(store_id)
+    if not (reader.admin or (row[0] is not None and row[0] == reader.identity)):
+        raise PermissionDeniedError(
+            f"vector store {store_id!r} belongs to {row[0] or 'the operator'}: only its "
+            "owner or an admin may change it; create a vector store of your own"
+        )

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from index.access import Reader
-from index.errors import DocumentNotFoundError, InvalidRequestError, PermissionDeniedError
+from index.errors import DocumentNotFoundError, InvalidRequestError
 from index.store.collection_rows import (
     FILE_JOIN,
     dump,
@@ -36,11 +36,12 @@ from index.store.collection_rows import (
     file_states,
     placeholders,
     readable_member,
+    require_writable,
+    store_record,
 )
 from index.store.collection_types import (
     FILE_STATUSES,
     UNSET,
-    ExpiresAfter,
     FileBatchRecord,
     FileSpec,
     Unset,
@@ -171,7 +172,7 @@ class VectorStoreCatalog:
             expiry = validate_expiry(expires_after)
             changes["expires_after"] = expiry and dump(expiry)
         with self._write() as db:
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             assignments = ", ".join(f"{column} = ?" for column in changes)
             db.execute(
                 f"UPDATE vector_stores SET {assignments} WHERE id = ?",
@@ -182,7 +183,7 @@ class VectorStoreCatalog:
     def delete_store(self, store_id: str) -> None:
         """Delete the store and its memberships; the documents stay in the tenant."""
         with self._write() as db:
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             db.execute("DELETE FROM vector_stores WHERE id = ?", (store_id,))
 
     def touch(self, store_ids: Collection[str]) -> None:
@@ -213,7 +214,7 @@ class VectorStoreCatalog:
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             if batch_id is not None:
                 self._require_batch(db, store_id, batch_id)
             ids = self._attach(db, store_id, doc_ids, attributes, chunking_strategy, batch_id, now)
@@ -231,7 +232,7 @@ class VectorStoreCatalog:
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             batch_id = self._new_id("vsfb_")
             db.execute(
                 "INSERT INTO vector_store_batches(id, store_id, created_at, status)"
@@ -298,7 +299,7 @@ class VectorStoreCatalog:
         """Replace a membership's attributes (``None`` clears them)."""
         checked, now = validate_attributes(attributes), self._now()
         with self._write() as db:
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             file_record(db, self.reader, store_id, doc_id)
             db.execute(
                 "UPDATE vector_store_files SET attributes = ? WHERE store_id = ? AND doc_id = ?",
@@ -311,7 +312,7 @@ class VectorStoreCatalog:
         """Remove a file from the store; the document stays in the tenant (and other stores)."""
         now = self._now()
         with self._write() as db:
-            self._require_writable(db, store_id)
+            require_writable(db, self.reader, store_id)
             file_record(db, self.reader, store_id, doc_id)  # a member it may read, or 404
             deleted = db.execute(
                 "DELETE FROM vector_store_files WHERE store_id = ? AND doc_id = ?",
@@ -414,17 +415,6 @@ class VectorStoreCatalog:
             raise store_not_found(store_id)
         return row
 
-    def _require_writable(self, db: sqlite3.Connection, store_id: str) -> None:
-        """The store, when ``reader`` may change it: its owner or an admin (403 else)."""
-        row = db.execute("SELECT owner FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
-        if row is None:
-            raise store_not_found(store_id)
-        if not (self.reader.admin or (row[0] is not None and row[0] == self.reader.identity)):
-            raise PermissionDeniedError(
-                f"vector store {store_id!r} belongs to {row[0] or 'the operator'}: only its "
-                "owner or an admin may change it; create a vector store of your own"
-            )
-
     def _require_usable(self, db: sqlite3.Connection, store_id: str, now: int) -> None:
         last_active, expiry = self._require_store(db, store_id)
         expires_at = expiry_time(last_active, expiry)
@@ -448,24 +438,7 @@ class VectorStoreCatalog:
         return row
 
     def _store(self, db: sqlite3.Connection, store_id: str) -> VectorStoreRecord:
-        row = db.execute(
-            "SELECT name, metadata, expires_after, created_at, last_active_at FROM vector_stores"
-            " WHERE id = ?",
-            (store_id,),
-        ).fetchone()
-        if row is None:
-            raise store_not_found(store_id)
-        name, metadata, expiry, created_at, last_active = row
-        counts, usage = file_counts(db, self.reader, "f.store_id = ?", store_id)
-        expires_at = expiry_time(last_active, expiry)
-        if expires_at is not None and self._now() >= expires_at:
-            status = "expired"
-        else:
-            status = "in_progress" if counts.in_progress else "completed"
-        return VectorStoreRecord(
-            store_id, name, created_at, last_active, status, counts, usage,
-            json.loads(metadata), expiry and ExpiresAfter(json.loads(expiry)["days"]), expires_at,
-        )  # fmt: skip
+        return store_record(db, self.reader, store_id, self._now())
 
     def _batch(self, db: sqlite3.Connection, store_id: str, batch_id: str) -> FileBatchRecord:
         self._require_store(db, store_id)

@@ -176,6 +176,13 @@ class TenantShard:
             finally:
                 db.execute("COMMIT")
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads that see no write between them, under the shard's lock (the documents an
+        asker may read, then the searches over them)."""
+        with self._lock:
+            yield
+
     def generation(self) -> int:
         row = self._conn.execute("SELECT value FROM manifest WHERE key='generation'").fetchone()
         return int(row[0]) if row else 0

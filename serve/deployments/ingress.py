@@ -10,7 +10,7 @@ from serve.app import create_app
 from serve.config import AppConfig
 from serve.deployments.generator import RemoteGenerator
 from serve.deployments.reranker import RemoteReranker
-from serve.deployments.shards import RemoteSearcher
+from serve.deployments.searcher import RemoteSearcher
 from serve.gateway import Gateway
 from serve.guard import RequestGuard
 from serve.identity import Authenticator

@@ -94,15 +94,17 @@ def retrieve(
     """Top-``k`` (hit, score): cosine for dense, negated BM25 for lexical, and for hybrid the
     RRF or weighted score over ``pool`` candidates from each side. Near-duplicates are dropped;
     ``score_threshold`` applies to the returned score."""
-    doc_ids = searched_doc_ids(shard, search_filter)
     pool = max(k, pool) if mode == "hybrid" else 2 * k  # room for dropped near-duplicates
     dense: list[SearchHit] = []
     lexical: list[SearchHit] = []
-    if mode in ("dense", "hybrid"):
-        vector = embedder.embed_queries([query])
-        dense = shard.search_dense(vector, pool, doc_ids, getattr(embedder, "model_id", None))
-    if mode in ("lexical", "hybrid"):
-        lexical = shard.search_lexical(query, pool, doc_ids)
+    vector = embedder.embed_queries([query]) if mode in ("dense", "hybrid") else None
+    with shard.reading():  # an access list changed meanwhile applies to both searches
+        doc_ids = searched_doc_ids(shard, search_filter)
+        if vector is not None:
+            model_id = getattr(embedder, "model_id", None)
+            dense = shard.search_dense(vector, pool, doc_ids, model_id)
+        if mode in ("lexical", "hybrid"):
+            lexical = shard.search_lexical(query, pool, doc_ids)
     if mode == "dense":
         ranked = [(hit, hit.dense_score) for hit in dense]
     elif mode == "lexical":

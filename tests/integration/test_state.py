@@ -190,7 +190,7 @@ def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):
 def ingester(service, tenant: str):
     """An upload's ingestion into a local copy, as the Shards replica does it."""
     from index.pipeline import SourceFile
-    from serve.shard_host import upload_id
+    from serve.upload_ingestion import upload_id
 
     def ingest(file_name: str, data: bytes, access, owner=None) -> None:
         source, doc_id = f"upload:{tenant}:{file_name}", upload_id(tenant, owner, file_name)

@@ -82,7 +82,7 @@ def test_the_same_name_from_two_identities_is_two_documents(host):
 
 
 def test_a_search_through_the_deployment_names_its_reader():
-    from serve.deployments.shards import RemoteSearcher
+    from serve.deployments.searcher import RemoteSearcher
 
     with pytest.raises(ValueError, match="names its reader"):
         run(RemoteSearcher(None, None).search(TENANT, "q", 5, SearchParams()))
