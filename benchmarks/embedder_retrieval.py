@@ -32,8 +32,8 @@ from index.config import EmbedderConfig
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.models import fetch
 from serve.eval.run import load_questions
-from serve.models import fetch
 from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig
 from serve.query.rerankers import OnnxCrossEncoderReranker

@@ -81,8 +81,8 @@ async def preemptions(metrics_url: str) -> int:
 async def measure(config, args) -> dict:
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     running = up.start(config, dashboard=False)
     try:

@@ -6,9 +6,9 @@ official openai client, over the acme sample corpus.
 
 The model is the config's, fetched into its data directory first (`grounded models fetch`);
 GROUNDED_GENERATOR__MODEL=qwen2.5-0.5b GROUNDED_QUERY__MIN_ANSWER_SUPPORT=0.05 is the small model
-with a check threshold its right answers clear. What a first request pays for shows by
-comparison: `TORCHDYNAMO_DISABLE=0 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)` gives vLLM's sampler its
-torch.compile back with an empty cache, as on a new machine or container (serve/generator.py).
+with a check threshold its right answers clear. What a first request pays for shows by comparison:
+`TORCHDYNAMO_DISABLE=0 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)` gives vLLM's sampler its torch.compile
+back with an empty cache, as on a new machine or container (serve/engine/generator.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ QUESTIONS = ("How many days of paid annual leave do employees get per year?",
 def main() -> None:
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=str(ROOT / "configs" / "cpu.yaml"))

@@ -339,8 +339,8 @@ def normalised(text: str) -> str:
 def answers(config, seed: int) -> None:
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     files = corpus(seed)
     _, key = KeyStore(config.data_dir).create("formats")

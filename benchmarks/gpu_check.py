@@ -69,8 +69,8 @@ def generator_settings(cpu: bool, data_dir: Path, scratch: Path):
     model when installed, else on the tiny local model. One engine: gpu.yaml's
     ``generator.models`` (two routed engines) are not started here."""
     from serve.config import load_config
-    from serve.models import resolve_model
-    from serve.resources import engine_kwargs
+    from serve.deployments.resources import engine_kwargs
+    from serve.engine.models import resolve_model
 
     config = load_config(config_path(cpu), data_dir=data_dir)
     update: dict[str, Any] = {"engine_kwargs": engine_kwargs(config), "models": {}}
@@ -140,7 +140,7 @@ def step_tests(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
 
 
 def step_engine(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
-    from serve.generator import VllmGenerator
+    from serve.engine.generator import VllmGenerator
 
     _, settings, which = generator_settings(cpu, data_dir, scratch)
     started = time.perf_counter()
@@ -240,8 +240,8 @@ def step_embedder(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
 def step_appliance(cpu: bool, data_dir: Path, scratch: Path) -> dict[str, Any]:
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
     from tests.appliances import free_port
     from tests.conftest import CORPUS
 

@@ -30,8 +30,8 @@ from benchmarks.wiki import articles
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.models import fetch, models_dir
 from serve.eval.run import Evaluator, load_questions, summarize
-from serve.models import fetch, models_dir
 from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryConfig, QueryPipeline
 from serve.query.rerankers import OnnxCrossEncoderReranker

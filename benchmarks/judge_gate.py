@@ -26,8 +26,8 @@ from benchmarks.build_eval import HERE
 from benchmarks.retrieval_quality import CACHE, build_tenant
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.models import fetch
 from serve.eval.run import load_questions
-from serve.models import fetch
 from serve.query.judging import RerankConfig
 from serve.query.pipeline import QueryOptions, QueryPipeline
 from serve.query.rerankers import OnnxCrossEncoderReranker

@@ -97,8 +97,8 @@ def summary(latencies: list[float]) -> str:
 def run(config, pdf: Path, pages: int) -> None:
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     keys = KeyStore(config.data_dir)
     acme_key, bigco_key = keys.create("acme")[1], keys.create("bigco")[1]

@@ -78,8 +78,8 @@ async def sweep(send, questions, levels: list[int], waves: int) -> dict[int, dic
 async def appliance_phase(config, questions, levels, waves, max_tokens):
     import openai
 
-    from serve import up
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     running = up.start(config, dashboard=False)
     try:
@@ -117,7 +117,7 @@ def prompts_for(config, max_tokens):
     the evidence gate turns away would not reach the generator in either phase)."""
     from index.pipeline import discover
     from index.service import IndexService
-    from serve.models import resolve_model
+    from serve.engine.models import resolve_model
     from serve.query.generation import ChatTokenizer
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
@@ -141,8 +141,8 @@ def prompts_for(config, max_tokens):
 
 
 async def bare_phase(config, prompts, levels, waves, max_tokens):
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
 
     model = resolve_model(config.generator.model, config.data_dir)
     engine = VllmGenerator(config.generator.model_copy(update={"model": model})).start()

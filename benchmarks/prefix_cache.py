@@ -40,8 +40,8 @@ from index.access import principals_of
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.query.pipeline import Answer, QueryPipeline
 from serve.query.prompt import cache_salt
 from serve.query.retrieval import LocalSearcher

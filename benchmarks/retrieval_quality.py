@@ -108,8 +108,8 @@ async def main() -> None:
 
 
 async def rerank_sample(config, service, args) -> None:
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
 
     models_dir = load_config(Path(args.config)).data_dir  # the model lives in the usual place
     model = resolve_model(config.generator.model, models_dir)

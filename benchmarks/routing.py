@@ -60,8 +60,8 @@ TENANTS = {"en": "wiki-en", "fr": "wiki-fr"}
 async def collect(args: argparse.Namespace) -> None:
     from index.service import IndexService
     from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
     from serve.query.routing import RouteConfig
@@ -182,8 +182,8 @@ def two_models():
     set-up of the experiments on the small model's replies (check_variants, cross_likelihood)."""
     from index.service import IndexService
     from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
     from serve.query.check import AnswerCheck
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
@@ -251,8 +251,8 @@ async def timing(args: argparse.Namespace) -> None:
     one at a time."""
     from index.service import IndexService
     from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
     from serve.query.pipeline import QueryOptions, QueryPipeline
     from serve.query.retrieval import LocalSearcher, SearchFilter
     from serve.query.routing import RouteConfig

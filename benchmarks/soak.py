@@ -64,9 +64,9 @@ def open_leases(data_dir: Path) -> int:
 async def soak(config, minutes: float, clients: int, sample_s: float, max_requests: int) -> None:
     import openai
 
-    from serve import up
-    from serve.budgets import Ledger
-    from serve.keys import KeyStore
+    from serve.accounting.budgets import Ledger
+    from serve.identity.keys import KeyStore
+    from serve.ops import up
 
     running = up.start(config, dashboard=False)
     try:

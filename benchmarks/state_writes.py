@@ -1,12 +1,13 @@
 """The state an answered request writes, per request: a budget reservation and its settling,
-the usage record, an audit entry and a stored response (serve/budgets.py, serve/audit.py,
-serve/response_store.py), one request after another, in SQLite files (one node) or on a
+the usage record, an audit entry and a stored response (serve/accounting/budgets.py,
+serve/identity/audit.py,
+serve/state/response_store.py), one request after another, in SQLite files (one node) or on a
 PostgreSQL server (several nodes, ``--url``).
 
     .venv/bin/python -m benchmarks.state_writes [--requests 300] [--rounds 3] [--url URL]
 
-It uses only the stores' constructors of before the state interface (serve/state.py), so the
-same file runs on an older checkout (a `git worktree`) for a side-by-side comparison.
+It uses only the stores' constructors of before the state interface (serve/state/database.py), so
+the same file runs on an older checkout (a `git worktree`) for a side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import argparse
 import tempfile
 import time
 
-from serve.audit import AuditConfig, AuditEntry, AuditLog
-from serve.budgets import Budget, BudgetsConfig, Ledger
-from serve.response_store import ResponseStore
+from serve.accounting.budgets import Budget, BudgetsConfig, Ledger
+from serve.identity.audit import AuditConfig, AuditEntry, AuditLog
+from serve.state.response_store import ResponseStore
 
 
 def main() -> None:
@@ -28,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     folder, budgets = tempfile.mkdtemp(), BudgetsConfig(default=Budget(max_concurrent=100))
     if args.url:
-        from serve.state import StateConfig
+        from serve.state.database import StateConfig
 
         state = StateConfig(url=args.url)
         ledger = Ledger(folder, budgets, state=state)

@@ -23,8 +23,8 @@ QUESTION = "Quel est le numéro du contrat de maintenance et sa durée ?"
 async def run(rounds: int) -> None:
     from index.service import IndexService
     from serve.config import load_config
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
     from serve.query import pipeline as stages
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher

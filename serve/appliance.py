@@ -1,7 +1,7 @@
 """The appliance: build_app binds the deployments of serve/deployments/ (plain classes) with
 ``serve.deployment`` into one Serve application.
 
-    Ingress (FastAPI: the app of serve/app.py over the Gateway, serve/gateway.py: keys,
+    Ingress (FastAPI: the app of serve/http/app.py over the Gateway, serve/http/gateway.py: keys,
              budgets, fair admission, accounting, the token budget and prompt)
       -> Embedder   (query embeddings: @serve.batch + LRU cache; document embeddings)
       -> Shards     (tenant shards multiplexed by tenant id, LRU; search, uploads and their
@@ -29,9 +29,9 @@ from serve.deployments.embedder import Embedder
 from serve.deployments.generator import Generator
 from serve.deployments.ingress import Ingress
 from serve.deployments.reranker import Reranker
+from serve.deployments.resources import deployment_options, generator_deployments
 from serve.deployments.shards import Shards
-from serve.models import resolve_model
-from serve.resources import deployment_options, generator_deployments
+from serve.engine.models import resolve_model
 
 log = logging.getLogger("grounded")
 

@@ -25,13 +25,13 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from index.config import IndexConfig
 from index.errors import ConfigError
-from serve.audit import AuditConfig
-from serve.budgets import BudgetsConfig, Prices
-from serve.identity import AuthConfig
+from serve.accounting.budgets import BudgetsConfig, Prices
+from serve.deployments.resources import gpu_packing, gpu_requests
+from serve.identity.audit import AuditConfig
+from serve.identity.oidc import AuthConfig
 from serve.query.config import QueryConfig
 from serve.query.routing import MODEL_ID, RouteConfig
-from serve.resources import gpu_packing, gpu_requests
-from serve.state import StateConfig
+from serve.state.database import StateConfig
 from serve.tracing import TracingConfig
 
 DEFAULT_DATA_DIR = Path("data")
@@ -340,7 +340,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> AppConfig:
 def _resolve_embedders(config: AppConfig) -> AppConfig:
     """An embedder's ``model`` may name a fetched one (``multilingual-e5-small``): it becomes
     its folder in the data directory (absent: the error names the fetch command)."""
-    from serve.models import EMBEDDERS, models_dir
+    from serve.engine.models import EMBEDDERS, models_dir
 
     def resolved(embedder):
         if embedder.model not in EMBEDDERS:
@@ -360,8 +360,8 @@ def _resolve_judge(config: AppConfig) -> AppConfig:
     """``query.rerank.model`` may name a fetched judge, or a cross-encoder fetched from a hub
     (``hf:Org/Name``): it becomes its folder in the data directory (whose absence the
     reranker reports with the fetch command)."""
-    from serve.hub import HubRef
-    from serve.models import JUDGES, models_dir
+    from serve.engine.hub import HubRef
+    from serve.engine.models import JUDGES, models_dir
 
     rerank = config.query.rerank
     ref = HubRef.parse(rerank.model or "", param="query.rerank.model")

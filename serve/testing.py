@@ -80,9 +80,9 @@ class ScriptedGenerator:
 
 
 class LocalShards:
-    """serve/shard_host.py's ShardHost behind the shape of the Shards deployment's handle
+    """serve/shards/host.py's ShardHost behind the shape of the Shards deployment's handle
     (``options(multiplexed_model_id=...)``, then ``method.remote(...)``), in this process:
-    TenantShards (serve/tenant_shards.py) over it runs the real shard logic without Ray."""
+    TenantShards (serve/shards/tenant.py) over it runs the real shard logic without Ray."""
 
     def __init__(self, host, tenant: str | None = None) -> None:
         self.host, self.tenant = host, tenant

@@ -80,7 +80,7 @@ def with_handbook(running, config: AppConfig, tenant: str, budget=None):
     Returns (secret, an openai client with that key)."""
     import openai
 
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
 
     keys = KeyStore(config.data_dir)
     key, secret = keys.create(tenant, ["query", "ingest"])
@@ -96,7 +96,7 @@ def with_handbook(running, config: AppConfig, tenant: str, budget=None):
 def serving_handbook(config: AppConfig, tenant: str):
     """The appliance running ``config``, with the handbook in ``tenant`` (with_handbook).
     Yields (running, secret, an openai client with that key)."""
-    from serve import up
+    from serve.ops import up
 
     running = up.start(config, dashboard=False, timeout_s=300, ray_options={"num_cpus": 2})
     try:

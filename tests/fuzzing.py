@@ -1,6 +1,6 @@
 """Schema-driven fuzzing with schemathesis's strategies driven by Hypothesis (its pytest plugin
 does not run under pytest 9): every response must be no server error, with a documented status
-and media type and a body valid against the documented schema (serve/openapi.py)."""
+and media type and a body valid against the documented schema (serve/http/openapi.py)."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.eval.run import AnswerView, Evaluator, LocalBackend, load_questions
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher
 

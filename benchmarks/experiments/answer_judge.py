@@ -30,8 +30,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 from benchmarks.build_eval import HERE
 from index.service import IndexService
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.query.gate import not_found_message
 from serve.query.pipeline import QueryPipeline
 from serve.query.prompt import PromptBuilder

@@ -33,7 +33,7 @@ from benchmarks.redteam.sets import unanswerable
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
-from serve.models import fetch
+from serve.engine.models import fetch
 from serve.query.judging import RerankConfig
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline

@@ -28,8 +28,8 @@ from benchmarks.retrieval_quality import CACHE
 from index.screening import find_instructions
 from index.types import SearchHit
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.query.instruction_judge import instruction_judge
 from serve.query.prompt import Source
 from serve.query.quotes import QuotedReply, grounded

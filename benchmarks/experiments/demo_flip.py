@@ -1,6 +1,6 @@
 """Does the demo's stock question get the same answer however the engine is asked? The demo's
 corpus is ingested and the shipped CPU config (qwen2.5-1.5b, the answer check) answers the demo's
-questions all at once (as serve/demo.py asks them) ``--rounds`` times, then the stock question
+questions all at once (as serve/ops/demo.py asks them) ``--rounds`` times, then the stock question
 alone ``--alone`` times; each answer to it is printed with its check's P(yes), the answer the
 check read (what was withheld), the prompt's length and how much of it came from the prefix
 cache.
@@ -32,9 +32,9 @@ from index.embedding import SentenceTransformerEmbedder
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
-from serve.demo import CORPUS, QUESTIONS
-from serve.generator import VllmGenerator
-from serve.models import fetch, models_dir
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import fetch, models_dir
+from serve.ops.demo import CORPUS, QUESTIONS
 from serve.query.check import AnswerCheck
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher

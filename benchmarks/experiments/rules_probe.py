@@ -18,9 +18,9 @@ from pathlib import Path
 import serve.query.pipeline as pipeline_module
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import resolve_model
 from serve.eval.run import EvalQuestion, Evaluator
-from serve.generator import VllmGenerator
-from serve.models import resolve_model
 from serve.query.retrieval import LocalSearcher
 
 ROOT = Path(__file__).resolve().parents[2]

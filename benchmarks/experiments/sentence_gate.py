@@ -35,8 +35,8 @@ from benchmarks.retrieval_quality import CACHE
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.models import fetch
 from serve.eval.run import load_questions
-from serve.models import fetch
 from serve.query.citations import sentence_spans
 from serve.query.judging import RerankConfig
 from serve.query.language import detect_language

@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchmarks.redteam.run import TENANT
 from index.service import IndexService
 from serve.config import load_config
-from serve.models import fetch
+from serve.engine.models import fetch
 from serve.query.judging import judge_threshold
 from serve.query.language import detect_language
 from serve.query.pipeline import QueryOptions, QueryPipeline

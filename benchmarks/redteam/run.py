@@ -38,9 +38,9 @@ from benchmarks.redteam.sets import SETS, norm
 from index.pipeline import discover
 from index.service import IndexService
 from serve.config import load_config
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import fetch, resolve_model
 from serve.eval.metrics import answer_matches
-from serve.generator import VllmGenerator
-from serve.models import fetch, resolve_model
 from serve.query.instruction_judge import instruction_judge
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher

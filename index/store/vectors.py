@@ -7,7 +7,7 @@ indexes cannot remove ids, so deletes there are tombstones filtered at search ti
 copy is rebuilt (compacted). All GPU copies of a process share one StandardGpuResources with
 bounded scratch memory, on the process's first visible GPU: the one Ray assigned to the replica
 (Ray sets CUDA_VISIBLE_DEVICES), which is why ``device: cuda`` requires the Shards deployment to
-ask Ray for a GPU (serve/resources.py checks it).
+ask Ray for a GPU (serve/deployments/resources.py checks it).
 """
 
 from __future__ import annotations

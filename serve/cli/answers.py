@@ -46,8 +46,8 @@ def _as_identity(user: str | None, groups: str | None):
 async def _query_pipeline(ctx: typer.Context, tenant: str, generate: bool = True):
     """The in-process query path for one tenant; the vLLM engine starts only when needed
     (answers, or the generator reranker) and is shut down on the way out."""
-    from serve.generator import VllmGenerator
-    from serve.models import resolve_model
+    from serve.engine.generator import VllmGenerator
+    from serve.engine.models import resolve_model
     from serve.query.pipeline import QueryPipeline
     from serve.query.retrieval import LocalSearcher
 

@@ -48,7 +48,7 @@ class _State:
 
     def index(self) -> IndexService:
         """The data directory's shards, in this process. Not with several nodes: there each
-        shard is owned by a Shards replica, which logs its writes (serve/shard_owners.py);
+        shard is owned by a Shards replica, which logs its writes (serve/state/shard_owners.py);
         a copy here would miss them, and writes here would be lost to the other nodes."""
         if self.config.state.url:
             raise InvalidRequestError(

@@ -43,7 +43,7 @@ def keys_create(
     """Create a key and print it once (only its hash is stored). A key without the admin
     scope reads the tenant's documents open to everyone, and those restricted to its user or
     one of its groups (`grounded docs access`)."""
-    from serve.keys import key_store
+    from serve.identity.keys import key_store
 
     store = key_store(ctx.obj.config)
     key, secret = _run(
@@ -60,7 +60,7 @@ def keys_create(
 @commands.command("list")
 def keys_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Keys with their tenant, scopes and state (never the secrets)."""
-    from serve.keys import key_store
+    from serve.identity.keys import key_store
 
     keys = _run(lambda: key_store(ctx.obj.config).list())
     if as_json:
@@ -91,8 +91,8 @@ def keys_budget(
 ) -> None:
     """Set a key's own limits (they apply on top of its tenant's budget from the config);
     the limits not given are kept. The running appliance applies them from the next request."""
-    from serve.budgets import Budget
-    from serve.keys import key_store
+    from serve.accounting.budgets import Budget
+    from serve.identity.keys import key_store
 
     store = key_store(ctx.obj.config)
     given = {
@@ -118,7 +118,7 @@ def keys_revoke(
     as_json: JsonOpt = False,
 ) -> None:
     """Revoke a key; the running appliance refuses it from its next request."""
-    from serve.keys import key_store
+    from serve.identity.keys import key_store
 
     key = _run(lambda: key_store(ctx.obj.config).revoke(key_id))
     if as_json:

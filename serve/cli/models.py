@@ -20,8 +20,8 @@ commands = typer.Typer(
 def models_list(ctx: typer.Context) -> None:
     """Known models and whether they are installed, then the hub models fetched into the data
     directory."""
-    from serve import hub
-    from serve.models import EMBEDDERS, JUDGES, MODELS, is_installed, models_dir
+    from serve.engine import hub
+    from serve.engine.models import EMBEDDERS, JUDGES, MODELS, is_installed, models_dir
 
     for name, spec in [*MODELS.items(), *JUDGES.items(), *EMBEDDERS.items()]:
         state = "installed" if is_installed(name, ctx.obj.config.data_dir) else "not installed"
@@ -58,7 +58,7 @@ def models_fetch(
     generator.model to the same hf: name. HF_HUB_OFFLINE, which Grounded sets so that serving
     never downloads, does not apply to this explicit download. A local model folder: checked
     (config.json) and used where it is, nothing copied; set generator.model to its path."""
-    from serve.models import fetch, model_source
+    from serve.engine.models import fetch, model_source
 
     source = model_source(name)
     data_dir = ctx.obj.config.data_dir

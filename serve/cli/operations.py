@@ -90,7 +90,7 @@ def usage(
     estimated cost, per tenant and key, from the appliance's usage ledger."""
     import time
 
-    from serve.budgets import Ledger
+    from serve.accounting.budgets import Ledger
 
     config: AppConfig = ctx.obj.config
     start = _run(lambda: parse_since(since, time.time())) if since else None
@@ -143,7 +143,7 @@ def audit(
     import json
     import time
 
-    from serve.audit import DB_NAME, AuditLog
+    from serve.identity.audit import DB_NAME, AuditLog
 
     config: AppConfig = ctx.obj.config
     now = time.time()
@@ -165,7 +165,7 @@ def backup_command(
 ) -> None:
     """Copy every tenant's shard, the API keys and the usage ledger into DEST, consistently,
     while the appliance serves (SQLite's online backup). Models are named, not copied."""
-    from serve.backup import backup, models_in_use
+    from serve.ops.backup import backup, models_in_use
 
     config: AppConfig = ctx.obj.config
 
@@ -196,7 +196,7 @@ def restore_command(
 ) -> None:
     """Verify a backup (checksums, SQLite integrity) and make it the data directory's state,
     all or nothing. Stop the appliance first."""
-    from serve.backup import restore
+    from serve.ops.backup import restore
 
     result = _run(lambda: restore(src, ctx.obj.config.data_dir, force=force))
     replaced = str(result.replaced) if result.replaced else None
@@ -225,7 +225,7 @@ def up(
 ) -> None:
     """Start the appliance (Ray, the deployments, the OpenAI-compatible API) and serve until
     Ctrl-C (or SIGTERM, as `docker stop` sends), which stops what this command started."""
-    from serve import up as appliance
+    from serve.ops import up as appliance
 
     config: AppConfig = ctx.obj.config
     err.print("starting Ray and the Grounded application (the first start takes a minute)...")

@@ -15,8 +15,8 @@ from ray import serve
 from index.config import DEFAULT_EMBEDDER
 from index.service import Embedders
 from serve.config import AppConfig
+from serve.deployments.query_cache import QueryEmbeddingCache
 from serve.metrics import metrics
-from serve.query_cache import QueryEmbeddingCache
 
 log = logging.getLogger("grounded")
 

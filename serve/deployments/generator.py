@@ -10,11 +10,11 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 
 from serve.config import AppConfig
-from serve.generator import EngineStats, VllmGenerator
+from serve.deployments.resources import engine_kwargs
+from serve.engine.generator import EngineStats, VllmGenerator
 from serve.metrics import metrics
 from serve.query.generation import ChatTokenizer, GenerationChunk
 from serve.query.routing import MODEL_ID
-from serve.resources import engine_kwargs
 
 log = logging.getLogger("grounded")
 

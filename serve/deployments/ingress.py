@@ -1,4 +1,4 @@
-"""The Ingress deployment: the HTTP app of serve/app.py over one Gateway built in the replica
+"""The Ingress deployment: the HTTP app of serve/http/app.py over one Gateway built in the replica
 from the other deployments' handles."""
 
 from __future__ import annotations
@@ -6,25 +6,25 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from serve.app import create_app
 from serve.config import AppConfig
 from serve.deployments.generator import RemoteGenerator
 from serve.deployments.reranker import RemoteReranker
 from serve.deployments.searcher import RemoteSearcher
-from serve.gateway import Gateway
-from serve.guard import RequestGuard
-from serve.identity import Authenticator
-from serve.keys import key_store
+from serve.http.app import create_app
+from serve.http.gateway import Gateway
+from serve.http.guard import RequestGuard
+from serve.identity.keys import key_store
+from serve.identity.oidc import Authenticator
 from serve.query.generation import ChatTokenizer
 from serve.query.pipeline import QueryPipeline
-from serve.tenant_shards import TenantShards
+from serve.shards.tenant import TenantShards
 from serve.tracing import setup_tracing
 
 log = logging.getLogger("grounded")
 
 
 class Ingress:
-    """The HTTP entry: the app of serve/app.py over one Gateway (keys, budgets, fair
+    """The HTTP entry: the app of serve/http/app.py over one Gateway (keys, budgets, fair
     admission, accounting) built here from the other deployments' handles."""
 
     def __init__(self, config: AppConfig, embedder, shards, generators: dict, reranker=None):

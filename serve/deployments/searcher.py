@@ -1,5 +1,5 @@
 """RemoteSearcher: the query pipeline's Searcher in the ingress: the Embedder deployment, then
-the Shards replica holding the tenant (serve/tenant_shards.py), as the asker's reader."""
+the Shards replica holding the tenant (serve/shards/tenant.py), as the asker's reader."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from index.errors import EmbedderChangedError
 from index.types import SearchHit
 from serve.metrics import metrics
 from serve.query.retrieval import SearchParams
-from serve.tenant_shards import TenantShards
+from serve.shards.tenant import TenantShards
 
 
 class RemoteSearcher:
     """The query pipeline's Searcher in the appliance: embedder deployment, then the shard
-    deployment with the tenant as multiplexed id (serve/tenant_shards.py). A search names
+    deployment with the tenant as multiplexed id (serve/shards/tenant.py). A search names
     its reader (the pipeline's options carry it): there is none that means everything."""
 
     def __init__(self, embedder, shards) -> None:

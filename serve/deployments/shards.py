@@ -1,5 +1,5 @@
 """The Shards deployment: tenant shards multiplexed by tenant id (LRU) in Ray Serve replicas,
-over serve/shard_host.py's ShardHost, which holds the logic (reads and writes as the caller,
+over serve/shards/host.py's ShardHost, which holds the logic (reads and writes as the caller,
 uploads and their ingestion, leases, the log and its replay)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ray import serve
 
 from serve.config import AppConfig
 from serve.deployments.embedder import HandleEmbedder
-from serve.shard_host import ShardHost
+from serve.shards.host import ShardHost
 
 
 class ReplicaPlacement:
@@ -28,7 +28,7 @@ class ReplicaPlacement:
 
 class Shards:
     """ShardHost in a Serve replica: each call names its tenant as the multiplexed model id
-    (serve/tenant_shards.py), so the replica that holds the tenant's shard serves it."""
+    (serve/shards/tenant.py), so the replica that holds the tenant's shard serves it."""
 
     def __init__(self, config: AppConfig, embedder) -> None:
         def start_service(root: Path):
@@ -70,6 +70,6 @@ class Shards:
                 "tenants": sorted(self.host.loaded)}  # fmt: skip
 
 
-# What the ingress calls (serve/tenant_shards.py), each with the tenant first.
+# What the ingress calls (serve/shards/tenant.py), each with the tenant first.
 OPERATIONS = frozenset({"embedder_model", "search", "upload", "files", "file", "readable", "text",
                         "content", "set_access", "delete", "attributes", "catalog"})  # fmt: skip

@@ -1,5 +1,5 @@
 """What the query pipeline needs from a generator: the Generator protocol (vLLM's engine in
-serve/generator.py, the ingress's handle to it in serve/deployments/generator.py, a fake in
+serve/engine/generator.py, the ingress's handle to it in serve/deployments/generator.py, a fake in
 serve/testing.py), the chunks it streams, the error it fails with, and its tokenizer
 (ChatTokenizer: budgets and prompts are counted with it in front of the engine)."""
 

@@ -10,9 +10,9 @@ import os
 import pytest
 
 from serve.config import load_config
-from serve.generator import VllmGenerator
+from serve.deployments.resources import engine_kwargs, gpu_packing
+from serve.engine.generator import VllmGenerator
 from serve.query.prompt import cache_salt
-from serve.resources import engine_kwargs, gpu_packing
 from tests.conftest import CORPUS, REPO
 from tests.tiny_model import build_tiny_model
 

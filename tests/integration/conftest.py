@@ -50,7 +50,7 @@ class SharedAppliance:
 
     def start(self):
         if self.running is None:
-            from serve import up
+            from serve.ops import up
 
             self.config = shared_appliance_config(self.root)
             self.running = up.start(

@@ -14,8 +14,8 @@ from pathlib import Path
 from index.config import IndexConfig
 from index.service import IndexService
 from index.testing import HashingEmbedder
-from serve.shard_owners import LogEntry, Replayed, ShardOwners, apply_entry, upload_entry
-from serve.state import StateConfig
+from serve.state.database import StateConfig
+from serve.state.shard_owners import LogEntry, Replayed, ShardOwners, apply_entry, upload_entry
 from tests.integration.test_state import ingester
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from index.loaders.ocr import OCR_MARK
-from serve.keys import KeyStore
+from serve.identity.keys import KeyStore
 from tests.appliances import MINUTE_BUDGET, free_port
 from tests.conftest import CORPUS, assert_the_model_runs_in_the_engine_core
 from tests.documents import format_files, scanned_pdf
@@ -394,7 +394,7 @@ def test_each_tenant_has_its_embedder_and_a_reindex_keeps_readers_served(applian
     from ray import serve
 
     from index.service import IndexService
-    from serve import up
+    from serve.ops import up
 
     _, _, config = appliance
     assert shard_model(config, "acme") == "sentence-transformers/all-MiniLM-L6-v2"
@@ -639,7 +639,7 @@ def test_a_tenant_over_its_minute_budget_is_429_while_another_is_served(applianc
 
 
 def test_a_keys_own_budget_applies_at_once_and_caps_max_tokens(appliance, uploaded):
-    from serve.budgets import Budget
+    from serve.accounting.budgets import Budget
 
     running, _, config = appliance
     store = KeyStore(config.data_dir)  # as `grounded keys create` / `keys budget` would
@@ -657,7 +657,7 @@ def test_embeddings_are_charged_to_the_budgets_and_the_usage(appliance):
 
     from typer.testing import CliRunner
 
-    from serve.budgets import Budget
+    from serve.accounting.budgets import Budget
     from serve.cli import app
 
     running, _, config = appliance

@@ -241,7 +241,7 @@ def test_keys_budget_sets_keeps_and_clears_a_keys_own_limits(tmp_path):
 
 
 def test_usage_reports_the_ledger_and_refuses_a_bad_since(tmp_path):
-    from serve.budgets import BudgetsConfig, Ledger
+    from serve.accounting.budgets import BudgetsConfig, Ledger
 
     assert "no requests recorded" in grounded(tmp_path, "usage").output
     ledger = Ledger(tmp_path, BudgetsConfig())

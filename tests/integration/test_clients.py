@@ -22,8 +22,8 @@ from openai.types import CreateEmbeddingResponse, FileDeleted, FileObject, Model
 from openai.types.chat import ChatCompletion
 
 from serve.config import load_config
-from serve.keys import KeyStore
-from serve.models import fetch, models_dir
+from serve.engine.models import fetch, models_dir
+from serve.identity.keys import KeyStore
 from tests.appliances import free_port
 from tests.conftest import CORPUS, REPO, use_engine_environment, with_judge
 from tests.openai_schema import chunk_conforms, conforms
@@ -57,7 +57,7 @@ def appliance(tmp_path_factory):
     query = config.query.model_copy(update={"min_answer_support": 0.05})
     config = with_judge(config.model_copy(update={"query": query}))
     _, secret = KeyStore(config.data_dir).create("acme", ["query", "ingest"])
-    from serve import up
+    from serve.ops import up
 
     running = up.start(config, dashboard=False, timeout_s=600, ray_options={"num_cpus": 2})
     try:

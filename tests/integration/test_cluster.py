@@ -2,12 +2,11 @@
 utilities (each node its own raylet with its own resources), sharing state as several nodes
 do: on a PostgreSQL server (state.url), each node's shards in its own folder (its own disk).
 
-Two shard replicas are pinned to two worker nodes (custom resource "shards": 1 each); the
-ingress, embedder and generator stay on the head. Tenants spread over the shard replicas (Serve
-multiplexing sends a new tenant to the replica with the fewest loaded), each owning its
-tenants' shards under a lease; when a node is removed, the surviving replica takes its tenants
-over once their leases end, and rebuilds their shards on its own disk from the logged writes
-(serve/shard_owners.py)."""
+Two shard replicas are pinned to two worker nodes (custom resource "shards": 1 each); the ingress,
+embedder and generator stay on the head. Tenants spread over the shard replicas (Serve multiplexing
+sends a new tenant to the replica with the fewest loaded), each owning its tenants' shards under a
+lease; when a node is removed, the surviving replica takes its tenants over once their leases end,
+and rebuilds their shards on its own disk from the logged writes (serve/state/shard_owners.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import openai
 import pytest
 
 from serve.config import load_config
-from serve.keys import key_store
+from serve.identity.keys import key_store
 from tests.appliances import free_port
 from tests.conftest import CORPUS, use_engine_environment
 from tests.tiny_model import build_tiny_model
@@ -52,7 +51,7 @@ def cluster(tmp_path_factory, postgres):
                                           "resources": {"shards": 1}}}},
     )  # fmt: skip
     secrets = {t: key_store(config).create(t, ["query", "ingest"])[1] for t in TENANTS}
-    from serve import up
+    from serve.ops import up
 
     running = up.start(config, address=cluster.address, dashboard=False, timeout_s=300)
     try:
@@ -66,13 +65,13 @@ def cluster(tmp_path_factory, postgres):
 
 
 def placement(tenant: str) -> dict:
-    """Where the tenant is served; sent again, as the ingress does (serve/tenant_shards.py),
+    """Where the tenant is served; sent again, as the ingress does (serve/shards/tenant.py),
     while Serve routes it to a replica that does not own the tenant."""
     from ray import serve
 
-    from serve.shard_owners import ShardOwnedElsewhereError
-    from serve.tenant_shards import RESEND_AFTER_S
-    from serve.up import APP_NAME
+    from serve.ops.up import APP_NAME
+    from serve.shards.tenant import RESEND_AFTER_S
+    from serve.state.shard_owners import ShardOwnedElsewhereError
 
     handle = serve.get_deployment_handle("Shards", app_name=APP_NAME)
     for wait in (*RESEND_AFTER_S, None):

@@ -18,8 +18,8 @@ from index.loaders.ocr import OCR_MARK
 from index.pipeline import SourceFile, discover
 from index.service import IndexService
 from serve.config import load_config
-from serve.generator import VllmGenerator
-from serve.models import MODELS, fetch, models_dir
+from serve.engine.generator import VllmGenerator
+from serve.engine.models import MODELS, fetch, models_dir
 from serve.query.check import AnswerCheck
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import QueryOptions, QueryPipeline
@@ -77,10 +77,10 @@ async def ask_at_once(pipeline, asks, max_tokens):
 
 @pytest.fixture(scope="module")
 def demo(engine, tmp_path_factory, minilm):
-    """Every `make demo` question asked at once over the sample corpus, as serve/demo.py asks
+    """Every `make demo` question asked at once over the sample corpus, as serve/ops/demo.py asks
     them, with the shipped config: (config, pipeline, {question: answer}). Asked once for the
     module's tests (each answer of the 1.5B model costs seconds of both cores)."""
-    from serve.demo import QUESTIONS
+    from serve.ops.demo import QUESTIONS
 
     data_dir = tmp_path_factory.mktemp("demo")
     config = with_judge(load_config(REPO / "configs" / "cpu.yaml", data_dir=data_dir))
@@ -91,7 +91,7 @@ def demo(engine, tmp_path_factory, minilm):
     generator, run = engine
     asks = [(tenant, q) for tenant, questions in QUESTIONS.items() for q in questions]
     pipeline = QueryPipeline(LocalSearcher(service), generator, config.query)
-    answers = run(ask_at_once(pipeline, asks, max_tokens=160))  # as serve/demo.py asks
+    answers = run(ask_at_once(pipeline, asks, max_tokens=160))  # as serve/ops/demo.py asks
     yield config, pipeline, answers
     service.close()
 
@@ -158,7 +158,7 @@ AT_THE_MODELS_LIMIT = {"How many large cardboard boxes are in stock in Rotterdam
 
 
 def test_every_demo_question_is_answered_right_and_cited(demo):
-    from serve.demo import QUESTIONS
+    from serve.ops.demo import QUESTIONS
 
     assert {q for questions in QUESTIONS.values() for q in questions} == set(DEMO_ANSWERS)
     config, _, answers = demo

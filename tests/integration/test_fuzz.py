@@ -1,7 +1,7 @@
 """Schema-driven fuzzing of the running appliance: schemathesis generates requests for every
 route from the OpenAPI document the appliance serves (valid ones and invalid ones), sends them
 with a tenant's key, and every response must be no server error, with a documented status and
-media type and a body valid against the documented schema (serve/openapi.py)."""
+media type and a body valid against the documented schema (serve/http/openapi.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import schemathesis
 from hypothesis import strategies as st
 
-from serve.budgets import Budget
+from serve.accounting.budgets import Budget
 from tests.appliances import with_handbook
 from tests.fuzzing import Fuzzer
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from serve.config import GeneratorConfig
-from serve.generator import VllmGenerator
+from serve.engine.generator import VllmGenerator
 from serve.query.judging import RerankConfig
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline
 from serve.query.prompt import cache_salt
@@ -267,7 +267,7 @@ def test_fair_admission_preempts_a_prompt_in_the_engine_and_restarts_it(generato
     """A heavy tenant's generation still processing its prompt is aborted in the real engine
     when a lighter tenant arrives, restarted after the lighter tenant's first token, and its
     consumer gets one complete stream."""
-    from serve.fairness import FairQueue
+    from serve.accounting.fairness import FairQueue
 
     long = generator.render([{"role": "system", "content": "policy text " * 250},
                              {"role": "user", "content": "Summarise the policy."}])  # fmt: skip

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from index.errors import ConfigError
 from serve.cli import app
-from serve.models import resolve_model
+from serve.engine.models import resolve_model
 from tests.conftest import CORPUS
 from tests.hub_standin import Request, StandinHub, commit_id, repo_from_folder
 from tests.tiny_model import build_tiny_model

@@ -10,7 +10,7 @@ import pytest
 
 from index.errors import ConfigError
 from index.types import SearchHit
-from serve.models import fetch
+from serve.engine.models import fetch
 from serve.query.rerank import rerank
 from serve.query.rerankers import OnnxCrossEncoderReranker, cross_encoder
 from tests.conftest import REPO

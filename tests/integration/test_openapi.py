@@ -8,7 +8,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_the_openapi_document_describes_every_request_body():
-    from serve.app import create_app
+    from serve.http.app import create_app
 
     app = create_app(None)
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from serve.config import load_config
-from serve.keys import KeyStore
+from serve.identity.keys import KeyStore
 from tests.appliances import serving_handbook, tiny_appliance_config
 from tests.conftest import CORPUS
 

@@ -1,4 +1,4 @@
-"""Shared state on a real PostgreSQL server (serve/state.py): the usage ledger of several
+"""Shared state on a real PostgreSQL server (serve/state/database.py): the usage ledger of several
 ingress replicas, each its own process, deciding against one tenant's budget."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from index.errors import RateLimitError
-from serve.budgets import Budget, BudgetsConfig, Ledger
-from serve.state import StateConfig, StateUnavailableError
+from serve.accounting.budgets import Budget, BudgetsConfig, Ledger
+from serve.state.database import StateConfig, StateUnavailableError
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_a_ledger_written_before_migrations_is_adopted(tmp_path):
 
 
 def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
-    from serve.response_store import ResponseNotFoundError, ResponseStore
+    from serve.state.response_store import ResponseNotFoundError, ResponseStore
 
     state = StateConfig(url=postgres.url)
     one, two = ResponseStore("/nonexistent", state), ResponseStore("/nonexistent", state)
@@ -146,7 +146,7 @@ def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
 def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres, tmp_path):
     from index.errors import AuthenticationError, InvalidRequestError
     from serve.config import AppConfig
-    from serve.keys import DatabaseKeyStore, key_store
+    from serve.identity.keys import DatabaseKeyStore, key_store
 
     config = AppConfig(data_dir=tmp_path, state=StateConfig(url=postgres.url))
     cli, node = key_store(config), key_store(config)
@@ -165,7 +165,7 @@ def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres
 
 
 def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):
-    from serve.audit import AuditConfig, AuditEntry, AuditLog
+    from serve.identity.audit import AuditConfig, AuditEntry, AuditLog
 
     state, now = StateConfig(url=postgres.url), [NOW]
     one = AuditLog("/nonexistent", AuditConfig(), clock=lambda: now[0], state=state)
@@ -184,13 +184,13 @@ def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):
     two.close()
 
 
-# --- each tenant shard owned by one writer: leases, fenced writes, takeover (serve/shard_owners.py)
+# --- each tenant shard owned by one writer: leases, fenced writes, takeover (shard_owners.py)
 
 
 def ingester(service, tenant: str):
     """An upload's ingestion into a local copy, as the Shards replica does it."""
     from index.pipeline import SourceFile
-    from serve.upload_ingestion import upload_id
+    from serve.shards.ingestion import upload_id
 
     def ingest(file_name: str, data: bytes, access, owner=None) -> None:
         source, doc_id = f"upload:{tenant}:{file_name}", upload_id(tenant, owner, file_name)
@@ -203,7 +203,7 @@ def ingester(service, tenant: str):
 
 
 def test_one_owner_at_a_time_and_a_former_owners_writes_are_fenced(postgres):
-    from serve.shard_owners import LeaseLostError, ShardOwnedElsewhereError, ShardOwners
+    from serve.state.shard_owners import LeaseLostError, ShardOwnedElsewhereError, ShardOwners
 
     owners = ShardOwners(StateConfig(url=postgres.url), lease_s=1.0)
     a = owners.acquire("fenced", "replica-a", "node-a")
@@ -241,7 +241,7 @@ def test_an_owner_killed_mid_ingest_loses_no_acknowledged_upload(postgres, tmp_p
     from index.service import IndexService
     from index.testing import HashingEmbedder
     from serve.query.retrieval import SearchParams, search_tenant
-    from serve.shard_owners import Replayed, ShardOwnedElsewhereError, ShardOwners, replay
+    from serve.state.shard_owners import Replayed, ShardOwnedElsewhereError, ShardOwners, replay
 
     tenant, lease_s = "takeover", 2.0
     worker = subprocess.Popen(

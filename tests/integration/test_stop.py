@@ -147,9 +147,9 @@ def test_sigkill_during_api_uploads_loses_no_acknowledged_upload(tiny, tmp_path)
 
     import openai
 
-    from serve.budgets import Ledger
+    from serve.accounting.budgets import Ledger
     from serve.config import load_config
-    from serve.keys import KeyStore
+    from serve.identity.keys import KeyStore
 
     config, port = write_config(tmp_path, tiny)
     keys = KeyStore(tmp_path / "data")

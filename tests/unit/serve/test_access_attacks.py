@@ -178,7 +178,7 @@ def test_a_stored_response_is_read_only_while_its_documents_are(hr):
 
 def test_a_signed_in_user_who_lost_a_group_no_longer_reads_its_stored_answers(world):  # noqa: F811
     """The same user (the same sub), signed in again with its groups changed."""
-    from serve.identity import OidcConfig
+    from serve.identity.oidc import OidcConfig
     from tests.unit.serve.test_identity import AUDIENCE, Issuer
 
     issuer = Issuer()
@@ -332,7 +332,7 @@ def fill(body, file_id: str | None):
 def test_every_read_of_a_restricted_document_is_in_the_audit_trail(hr, tmp_path):
     """HR reads the HR file by every route that shows its name, id or content: one entry
     each, naming it."""
-    from serve.audit import AuditConfig, AuditLog
+    from serve.identity.audit import AuditConfig, AuditLog
 
     client, secrets, salaries = hr
     reader, editor = auth(secrets["acme-hr"]), auth(secrets["acme-hr-editor"])

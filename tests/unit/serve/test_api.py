@@ -20,7 +20,7 @@ from index.errors import (
     UnsupportedFileError,
 )
 from index.types import SearchHit
-from serve import api, objects
+from serve.http import api, objects
 from serve.query.budget import ContextLengthError
 from serve.query.citations import check_citations
 from serve.query.generation import GeneratorUnavailableError

@@ -1,4 +1,4 @@
-"""The audit trail (serve/audit.py): what each entry holds, how it is filtered and exported
+"""The audit trail (serve/identity/audit.py): what each entry holds, how it is filtered and exported
 (`grounded audit`), retention, the privacy switch, and that an acknowledged entry survives a
 SIGKILL of the process that wrote it."""
 
@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from serve.audit import DAY, AuditConfig, AuditEntry, AuditLog
 from serve.cli import app
+from serve.identity.audit import DAY, AuditConfig, AuditEntry, AuditLog
 
 pytestmark = pytest.mark.unit
 
@@ -80,7 +80,7 @@ def test_an_acknowledged_entry_survives_a_sigkill(tmp_path):
     Every number it printed is in the trail."""
     script = textwrap.dedent(f"""
         import sys
-        from serve.audit import AuditConfig, AuditEntry, AuditLog
+        from serve.identity.audit import AuditConfig, AuditEntry, AuditLog
         log = AuditLog({str(tmp_path)!r}, AuditConfig())
         for n in range(100_000):
             log.append(AuditEntry("acme", "key:k", "k", (), "chat.completions", str(n)))

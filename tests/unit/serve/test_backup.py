@@ -15,10 +15,10 @@ from index.errors import DocumentNotFoundError
 from index.pipeline import SourceFile
 from index.service import IndexService
 from index.testing import HashingEmbedder
-from serve.backup import MANIFEST, BackupError, backup, restore
-from serve.budgets import BudgetsConfig, Ledger
+from serve.accounting.budgets import BudgetsConfig, Ledger
 from serve.cli import app
-from serve.keys import KeyStore
+from serve.identity.keys import KeyStore
+from serve.ops.backup import MANIFEST, BackupError, backup, restore
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
@@ -175,8 +175,8 @@ def test_a_restored_data_dir_searches_authenticates_and_accounts_as_before(fake_
 def test_vector_stores_and_stored_responses_come_back_with_a_restore(fake_service, tmp_path):
     """With the access lists, the stored responses' owners and the audit trail."""
     from index.store.collections import VectorStoreCatalog
-    from serve.audit import AuditConfig, AuditEntry, AuditLog
-    from serve.response_store import ResponseStore
+    from serve.identity.audit import AuditConfig, AuditEntry, AuditLog
+    from serve.state.response_store import ResponseStore
 
     data_dir, _ = populate(fake_service)
     shard = fake_service.shard("acme")
@@ -444,8 +444,8 @@ def test_the_cli_backs_up_restores_and_refuses_with_one_line_errors(fake_service
 
 
 def test_the_backup_names_every_embedder_the_config_uses(tmp_path):
-    from serve.backup import models_in_use
     from serve.config import load_config
+    from serve.ops.backup import models_in_use
 
     config = load_config(REPO / "configs" / "cpu.yaml", data_dir=tmp_path)
     models = models_in_use(config)

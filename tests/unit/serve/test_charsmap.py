@@ -3,7 +3,7 @@ import random
 import pytest
 from tokenizers import normalizers
 
-from serve.charsmap import precompiled_charsmap
+from serve.engine.charsmap import precompiled_charsmap
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,8 @@ def test_every_entry_of_a_large_table_round_trips():
              for k in keys}  # fmt: skip
     charsmap = normalizers.Precompiled(precompiled_charsmap(table))
     # One character per call: tokenizers replaces a whole grapheme by its first character's
-    # replacement (the quirk in serve/charsmap.py), so joined keys could form other graphemes.
+    # replacement (the quirk in serve/engine/charsmap.py), so joined keys could form other
+    # graphemes.
     assert [charsmap.normalize_str(key) for key in table] == list(table.values())
     outside = [chr(c) for c in rng.sample(candidates, 500) if chr(c) not in table]
     assert [charsmap.normalize_str(c) for c in outside] == outside

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from serve.generator import _compile_nothing_in_an_eager_engine
+from serve.engine.generator import _compile_nothing_in_an_eager_engine
 
 
 @pytest.mark.parametrize(("engine_kwargs", "disabled"), [

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from index.errors import RateLimitError
-from serve.fairness import FairQueue
+from serve.accounting.fairness import FairQueue
 
 pytestmark = pytest.mark.unit
 

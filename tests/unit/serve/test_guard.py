@@ -1,9 +1,9 @@
 import pytest
 
 from index.errors import AuthenticationError
-from serve import api
-from serve.guard import JSON_BODY_LIMIT, BodyTooLargeError, LengthRequiredError, RequestGuard
-from serve.keys import KeyStore
+from serve.http import api
+from serve.http.guard import JSON_BODY_LIMIT, BodyTooLargeError, LengthRequiredError, RequestGuard
+from serve.identity.keys import KeyStore
 
 pytestmark = pytest.mark.unit
 

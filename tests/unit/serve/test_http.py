@@ -1,5 +1,5 @@
-"""The HTTP layer in-process: serve/app.py's create_app over a real Gateway (keys, budgets,
-fair admission, accounting, the query pipeline) and the real ShardHost (serve/shard_host.py,
+"""The HTTP layer in-process: serve/http/app.py's create_app over a real Gateway (keys, budgets,
+fair admission, accounting, the query pipeline) and the real ShardHost (serve/shards/host.py,
 over an IndexService with the hashing embedder, behind TenantShards as the appliance calls
 it), with a scripted generator. Every route module is driven through FastAPI's TestClient,
 without Ray or vLLM; the integration tests keep the real stack where the stack is what they
@@ -17,17 +17,17 @@ from fastapi.testclient import TestClient
 from index.errors import GroundedError
 from index.service import IndexService
 from index.testing import HashingEmbedder
-from serve.app import create_app
 from serve.config import load_config
-from serve.gateway import Gateway
-from serve.guard import JSON_BODY_LIMIT, RequestGuard
-from serve.identity import Authenticator, OidcConfig
-from serve.keys import KeyStore
+from serve.http.app import create_app
+from serve.http.gateway import Gateway
+from serve.http.guard import JSON_BODY_LIMIT, RequestGuard
+from serve.identity.keys import KeyStore
+from serve.identity.oidc import Authenticator, OidcConfig
 from serve.query.generation import GeneratorUnavailableError
 from serve.query.pipeline import QueryPipeline
 from serve.query.retrieval import LocalSearcher
-from serve.shard_host import ShardHost
-from serve.tenant_shards import TenantShards
+from serve.shards.host import ShardHost
+from serve.shards.tenant import TenantShards
 from serve.testing import LocalShards, ScriptedGenerator
 
 pytestmark = pytest.mark.unit
@@ -129,7 +129,7 @@ def test_every_v1_route_refuses_a_request_without_a_key(world):
     modules = {
         route.endpoint.__module__ for route in client.app.routes if hasattr(route, "endpoint")
     }
-    assert {f"serve.routes.{m}" for m in
+    assert {f"serve.http.routes.{m}" for m in
             ("chat", "responses", "files", "vector_stores", "embeddings")} <= modules  # fmt: skip
     for method, path in routes:
         response = client.request(method, path.replace("{", "x").replace("}", ""))
@@ -373,7 +373,7 @@ def raise_in_gateway(monkeypatch, exc: GroundedError) -> None:
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["raised", "raised-in-a-deployment"])
 def test_every_error_class_reaches_the_client_with_its_status_and_type(world, monkeypatch, wrapped):
-    """The mapping of serve/app.py: each GroundedError (index/errors.py and the serve ones)
+    """The mapping of serve/http/app.py: each GroundedError (index/errors.py and the serve ones)
     is answered with its own status and OpenAI type; one raised in another deployment
     arrives wrapped (the cause is answered); anything else is a 500 naming the request."""
     build, secrets = world
@@ -521,7 +521,7 @@ def test_a_stored_response_is_read_by_the_identity_that_created_it(world):
 
 
 def test_answers_searches_and_file_reads_are_audited_with_who_and_what(world, tmp_path):
-    from serve.audit import AuditConfig, AuditLog
+    from serve.identity.audit import AuditConfig, AuditLog
 
     build, secrets = world
     client = build()

@@ -1,4 +1,4 @@
-"""Schema-driven fuzzing of the HTTP layer in-process (serve/app.py over the real Gateway and
+"""Schema-driven fuzzing of the HTTP layer in-process (serve/http/app.py over the real Gateway and
 the stand-ins of test_http.py): schemathesis generates valid and invalid requests for every
 route from the OpenAPI document the app serves; every response must be no server error, with
 a documented status and media type and a body valid against the documented schema. Many

@@ -1,4 +1,4 @@
-"""Tokens from an identity provider (serve/identity.py) against a real issuer on 127.0.0.1:
+"""Tokens from an identity provider (serve/identity/oidc.py) against a real issuer on 127.0.0.1:
 its discovery document and JWKS served over HTTP, real RSA and EC keys, key rotation; and
 every forgery the issue lists refused with a 401 that says why."""
 
@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from index.errors import AuthenticationError
-from serve.guard import RequestGuard
-from serve.identity import Authenticator, OidcConfig
-from serve.keys import KeyStore
+from serve.http.guard import RequestGuard
+from serve.identity.keys import KeyStore
+from serve.identity.oidc import Authenticator, OidcConfig
 
 pytestmark = pytest.mark.unit
 AUDIENCE = "grounded"

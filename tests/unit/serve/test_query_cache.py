@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from serve.query_cache import QueryEmbeddingCache
+from serve.deployments.query_cache import QueryEmbeddingCache
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from index.pipeline import SourceFile
 from index.screening import WITHHELD
 from index.types import SearchHit
-from serve.api import _annotations
+from serve.http.api import _annotations
 from serve.query.check import AnswerCheck
 from serve.query.gate import NOT_FOUND
 from serve.query.pipeline import Answer, QueryConfig, QueryPipeline

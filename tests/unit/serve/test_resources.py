@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from index.errors import ConfigError
 from serve.cli import app
 from serve.config import load_config
-from serve.resources import (
+from serve.deployments.resources import (
     deployment_options,
     engine_kwargs,
     generator_deployments,

@@ -13,9 +13,9 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 from index.errors import InvalidRequestError
+from serve.http.responses import ResponseRequest, ResponseShape, conversation, response_events
 from serve.query.generation import GeneratorUnavailableError
 from serve.query.prompt import Turn
-from serve.responses import ResponseRequest, ResponseShape, conversation, response_events
 from tests.openai_schema import conforms
 from tests.openai_spec import spec_conforms
 from tests.unit.serve.test_api import answer

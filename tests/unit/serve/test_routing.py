@@ -8,7 +8,7 @@ import pytest
 
 from index.errors import ConfigError
 from index.pipeline import SourceFile
-from serve.budgets import BudgetsConfig, Ledger, Prices
+from serve.accounting.budgets import BudgetsConfig, Ledger, Prices
 from serve.config import load_config
 from serve.query.admission import Usage
 from serve.query.attempt import answer_confidence

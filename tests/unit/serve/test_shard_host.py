@@ -1,4 +1,4 @@
-"""ShardHost (serve/shard_host.py) called directly, as the Shards deployment calls it: every
+"""ShardHost (serve/shards/host.py) called directly, as the Shards deployment calls it: every
 operation takes the caller's Reader, and nothing a request carries widens it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from index.service import IndexService
 from index.testing import HashingEmbedder
 from serve.config import load_config
 from serve.query.retrieval import SearchFilter, SearchParams
-from serve.shard_host import ShardHost
+from serve.shards.host import ShardHost
 
 pytestmark = pytest.mark.unit
 TENANT = "acme"

@@ -1,4 +1,4 @@
-"""Replaying a tenant's logged writes on another copy of its shard (serve/shard_owners.py):
+"""Replaying a tenant's logged writes on another copy of its shard (serve/state/shard_owners.py):
 the same documents, access lists and vector stores, with the same ids and times; replaying an
 entry twice changes nothing."""
 
@@ -15,7 +15,7 @@ from index.service import IndexService
 from index.store.collection_types import UNSET, FileSpec
 from index.store.collections import VectorStoreCatalog
 from index.testing import HashingEmbedder
-from serve.shard_owners import LogEntry, apply_entry, catalog_entry, catalog_of, upload_entry
+from serve.state.shard_owners import LogEntry, apply_entry, catalog_entry, catalog_of, upload_entry
 
 pytestmark = pytest.mark.unit
 TENANT = "acme"

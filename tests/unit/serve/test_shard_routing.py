@@ -1,7 +1,7 @@
 """A tenant's requests reach the replica that owns its shard (several nodes): a Shards replica
 takes the tenant's lease before it loads the shard, so a replica refused the lease never counts
-the tenant loaded in Serve's routing (serve/shard_host.py); and the ingress sends a
-request refused by a replica that does not own the tenant again (serve/tenant_shards.py)."""
+the tenant loaded in Serve's routing (serve/shards/host.py); and the ingress sends a
+request refused by a replica that does not own the tenant again (serve/shards/tenant.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import asyncio
 import pytest
 from ray.exceptions import RayTaskError
 
-import serve.tenant_shards as tenant_shards
+import serve.shards.tenant as tenant_shards
 from index.config import IndexConfig
 from index.service import IndexService
 from index.testing import HashingEmbedder
 from serve.config import load_config
-from serve.shard_host import ShardHost
-from serve.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
-from serve.tenant_shards import to_owner
+from serve.shards.host import ShardHost
+from serve.shards.tenant import to_owner
+from serve.state.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
 
 pytestmark = pytest.mark.unit
 TENANT = "acme"
@@ -67,7 +67,7 @@ def test_the_refusal_reaches_the_client_once_the_retries_are_spent(no_waits):
     with pytest.raises(ShardOwnedElsewhereError) as refused:
         asyncio.run(to_owner(call))
     assert call.count == 4  # the first try and one per wait
-    assert "held by r2" in refused.value.message  # the 503's message (serve/api.py)
+    assert "held by r2" in refused.value.message  # the 503's message (serve/http/api.py)
     assert refused.value.retry_after == 4  # the lease's remaining time: its Retry-After
 
 

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from index.errors import RateLimitError
+from serve.http.streaming import chat_events
 from serve.query.pipeline import Answer
-from serve.streaming import chat_events
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Starting Ray for the appliance (serve/up.py): a local head that did not come up in time (its
+"""Starting Ray for the appliance (serve/ops/up.py): a local head that did not come up in time (its
 raylet did not register in Ray's fixed 30 s, or its GCS wrote no port file) is started once more;
 anything else fails the start as it is. A failed local start leaves no process behind."""
 
@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from serve import up
+from serve.ops import up
 
 pytestmark = pytest.mark.unit
 TIMED_OUT = Exception(

@@ -165,7 +165,7 @@ def test_an_unknown_tenant_and_a_bad_attribute_are_refused(data_dir):
     [("stores", "list", "-t", "acme"), ("docs", "-t", "acme"), ("ingest", "-t", "acme", ".")],
 )
 def test_with_several_nodes_the_shard_commands_point_at_the_api(data_dir, monkeypatch, command):
-    """With state.url the shards are the Shards replicas' (serve/shard_owners.py): a copy in
+    """With state.url the shards are the Shards replicas' (serve/state/shard_owners.py): a copy in
     this process would miss their writes, and its writes would be lost to the other nodes."""
     monkeypatch.setenv("GROUNDED_STATE__URL", "postgresql://grounded@db.internal:5432/grounded")
     result = grounded(data_dir, *command, code=1)

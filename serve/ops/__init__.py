@@ -1,0 +1,1 @@
+"""Operating the appliance: starting and stopping it, backups, the demo."""
