@@ -178,8 +178,7 @@ class TenantShard:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Reads that see no write between them, under the shard's lock (the documents an
-        asker may read, then the searches over them)."""
+        """Reads that see no write between them (who may read what, then the searches)."""
         with self._lock:
             yield
 
@@ -270,8 +269,7 @@ class TenantShard:
                 raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
 
     def visible_doc_ids(self, reader: Reader) -> list[str] | None:
-        """The documents ``reader`` may read, or None when it may read them all (an admin,
-        or no document is hidden from it)."""
+        """The documents ``reader`` may read; None: all (an admin, or none is hidden)."""
         return None if reader.admin else visible_doc_ids(self._conn, reader)
 
     def write_documents(

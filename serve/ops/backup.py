@@ -38,7 +38,6 @@ Restore with the appliance stopped: a running one keeps its databases open.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -56,11 +55,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from index.durable import fsync_dir, fsync_tree, write_atomic
-from index.errors import GroundedError, InvalidRequestError
+from index.errors import GroundedError
 from index.store.rows import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
 from serve.identity.audit import DB_NAME as AUDIT_DB
-from serve.identity.keys import KeyStore
+from serve.ops.backup_files import (
+    ANOTHER,
+    BackupError,
+    check_database,
+    check_keys,
+    copy_database,
+    copy_hashing,
+    file_sha256,
+)
 from serve.state.response_store import DB_NAME as RESPONSES_DB
 
 log = logging.getLogger(__name__)
@@ -77,11 +84,6 @@ TENANTS = "tenants"
 # The entries of a data directory that a restore replaces; all others move to the new one.
 STATE = (TENANTS, KEYS, "keys.lock",
          *(f"{db}{suffix}" for db in DATABASES for suffix in ("", "-wal", "-shm")))  # fmt: skip
-_ANOTHER = "use another backup"
-
-
-class BackupError(InvalidRequestError):
-    """A backup or restore that cannot go on; the data directory was not changed."""
 
 
 class BackupFile(BaseModel):
@@ -174,12 +176,12 @@ def backup(
             target = dest / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             if kind == "sqlite":
-                _copy_database(data_dir / relative, target)
+                copy_database(data_dir / relative, target)
             else:
                 write_atomic(target, (data_dir / relative).read_bytes(), mode=0o600)
-                _check_keys(dest, f"{KEYS} of {data_dir}", "check it with `grounded keys list`")
+                check_keys(dest, f"{KEYS} of {data_dir}", "check it with `grounded keys list`")
             entry = BackupFile(path=relative, kind=kind, size=target.stat().st_size,
-                               sha256=_sha256(target))  # fmt: skip
+                               sha256=file_sha256(target))  # fmt: skip
             log.info("backed up %s (%d bytes)", relative, entry.size)
             files.append(entry)
             if progress is not None:
@@ -234,24 +236,6 @@ def _discard(dest: Path, created: bool) -> None:
             child.unlink(missing_ok=True)
 
 
-def _copy_database(source: Path, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")
-    try:
-        # mode=rw: a database that vanished is an error, never silently created empty.
-        live = sqlite3.connect(f"{source.resolve().as_uri()}?mode=rw", uri=True, timeout=30)
-        with closing(live), closing(sqlite3.connect(partial)) as copy:
-            live.backup(copy, pages=-1)  # one step: one read transaction, one snapshot
-            copy.execute("PRAGMA journal_mode=DELETE")
-    except sqlite3.Error as exc:
-        partial.unlink(missing_ok=True)
-        raise BackupError(
-            f"cannot back up {source}: {exc}; check that it is readable and not damaged "
-            f"(`sqlite3 {source} 'PRAGMA integrity_check'`)"
-        ) from exc
-    _check_database(partial, str(source), shard=target.name == DB_NAME)
-    os.replace(partial, target)
-
-
 def _summary(dest: Path, relative: str) -> TenantSummary:
     uri = f"{(dest / relative).resolve().as_uri()}?mode=ro"
     with closing(sqlite3.connect(uri, uri=True)) as db:
@@ -276,13 +260,13 @@ def read_manifest(src: Path) -> BackupManifest:
     if not path.is_file():
         raise BackupError(
             f"{src} has no {MANIFEST}: it is not a Grounded backup, or the backup that wrote it "
-            f"did not finish; {_ANOTHER}"
+            f"did not finish; {ANOTHER}"
         )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BackupError(f"{path} is not readable JSON ({exc}): the backup is damaged; "
-                          f"{_ANOTHER}") from exc  # fmt: skip
+                          f"{ANOTHER}") from exc  # fmt: skip
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise BackupError(f'{path} is not a Grounded backup manifest (no "format": "{FORMAT}")')
     version = raw.get("format_version")
@@ -297,7 +281,7 @@ def read_manifest(src: Path) -> BackupManifest:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise BackupError(f"{path} is malformed ({where}: {first['msg']}): the backup is "
-                          f"damaged; {_ANOTHER}") from exc  # fmt: skip
+                          f"damaged; {ANOTHER}") from exc  # fmt: skip
     for entry in manifest.files:
         _check_entry(path, entry)
     return manifest
@@ -317,7 +301,7 @@ def _check_entry(manifest: Path, entry: BackupFile) -> None:
         raise BackupError(
             f"{manifest} lists an unexpected file {entry.path!r} ({entry.kind}): only tenant "
             f"shards, {KEYS}, {', '.join(DATABASES)} are restored; the backup is damaged; "
-            f"{_ANOTHER}"
+            f"{ANOTHER}"
         )
 
 
@@ -368,20 +352,20 @@ def _stage(src: Path, manifest: BackupManifest, staging: Path) -> None:
         source, target = src / entry.path, staging / entry.path
         if not source.is_file():
             raise BackupError(f"{entry.path} is missing from {src}: the backup is incomplete; "
-                              f"{_ANOTHER}")  # fmt: skip
+                              f"{ANOTHER}")  # fmt: skip
         target.parent.mkdir(parents=True, exist_ok=True)
-        digest = _copy_hashing(source, target)
+        digest = copy_hashing(source, target)
         if digest != entry.sha256:
             raise BackupError(
                 f"{entry.path} in {src} does not match its checksum in the manifest (sha256 "
                 f"{digest[:16]}..., expected {entry.sha256[:16]}...): the backup is damaged or "
-                f"was changed; {_ANOTHER}"
+                f"was changed; {ANOTHER}"
             )
         if entry.kind == "sqlite":
-            _check_database(target, f"{entry.path} in {src}", shard=target.name == DB_NAME)
+            check_database(target, f"{entry.path} in {src}", shard=target.name == DB_NAME)
         else:
             os.chmod(target, 0o600)
-            _check_keys(staging, f"{KEYS} in {src}", f"the backup is damaged; {_ANOTHER}")
+            check_keys(staging, f"{KEYS} in {src}", f"the backup is damaged; {ANOTHER}")
     fsync_tree(staging)
 
 
@@ -418,49 +402,3 @@ def _swap(target: Path, staging: Path) -> Path | None:
         shutil.rmtree(old)  # nothing was stored there (empty folders, a lock file)
         return None
     return old
-
-
-# -- checks and files ---------------------------------------------------------------------------
-
-
-def _check_database(path: Path, label: str, *, shard: bool) -> None:
-    try:
-        with closing(sqlite3.connect(path)) as db:
-            problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
-            if problems != ["ok"]:
-                raise BackupError(
-                    f"{label} fails SQLite's integrity check ({'; '.join(problems[:3])}): the "
-                    f"database is damaged; {_ANOTHER}"
-                )
-            if shard:  # the lexical index must agree with the chunks it indexes
-                # rank 1: compare with the content table too, not only the index with itself
-                db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
-    except sqlite3.Error as exc:
-        raise BackupError(
-            f"{label} is damaged or not a SQLite database ({exc}); {_ANOTHER}"
-        ) from exc
-
-
-def _check_keys(folder: Path, label: str, fix: str) -> None:
-    try:
-        KeyStore(folder).list()
-    except (GroundedError, KeyError, TypeError, ValueError) as exc:
-        detail = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
-        raise BackupError(f"{label} is not a readable key file ({detail}); {fix}") from exc
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _copy_hashing(source: Path, target: Path) -> str:
-    digest = hashlib.sha256()
-    with open(source, "rb") as reader, open(target, "wb") as writer:
-        while block := reader.read(1 << 20):
-            digest.update(block)
-            writer.write(block)
-    return digest.hexdigest()
