@@ -355,8 +355,14 @@ def seconds(row: dict) -> float:
 def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float, str]:
     """(right, generator seconds, who answered: small, large, cascade, or none at the gate),
     the router deciding as serve/query/routing.py does in the appliance."""
-    from serve.query.pipeline import below
-    from serve.query.routing import RouteConfig, RouteSignals, hard_because
+    from serve.query.routing import (
+        FirstAnswer,
+        RouteConfig,
+        RouteSignals,
+        below,
+        cascades,
+        hard_because,
+    )
 
     if not small["scores"]:  # nothing passed the gate: "not found" without generating
         return not small["answerable"], 0.0, "none"
@@ -372,13 +378,13 @@ def policy_outcome(small: dict, large: dict, policy: dict) -> tuple[bool, float,
     # min_check_by_language (this report's only): a language's own min_check, e.g. {"fr": 0.9}
     min_check = policy.get("min_check_by_language", {}).get(small.get("language"),
                                                             policy.get("min_check"))  # fmt: skip
+    # The appliance's rule (serve/query/routing.py), then this report's own experiments.
+    first = FirstAnswer(small["abstained"] or below(small["support"], support), small["support"],
+                        small.get("confidence"), bool(small.get("figures_disagree")))  # fmt: skip
+    rule = route.model_copy(update={"min_check": min_check})
     if route.cascade and (
-        (small["abstained"] and not below(signals.top_score, route.not_found_min_score))
-        or below(small["support"], support)
-        or below(small["support"], min_check)
-        or below(small.get("confidence"), policy.get("min_confidence"))
+        cascades(first, signals.top_score, rule)
         or below(small.get("likely"), policy.get("min_likely"))
-        or (policy.get("quote_figures") and small.get("figures_disagree"))
         or small.get("id") in policy.get("escalate", ())
         or (policy.get("disagree") and not agrees(small))
     ):

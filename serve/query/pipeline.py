@@ -34,9 +34,11 @@ from serve.query.retrieval import Searcher, SearchFilter, SearchParams
 from serve.query.routing import (
     MODEL_ID,
     NOT_FOUND_KEPT,
+    FirstAnswer,
     Route,
     RouteConfig,
     RouteSignals,
+    cascades,
     hard_because,
     top_score,
 )
@@ -317,9 +319,10 @@ class QueryPipeline:
             yield delta
         usage = attempt.usage({}, self.checkers.get(attempt.model, attempt.model))
         cascadable = may_cascade and not (live and attempt.shown)  # nothing of it sent
-        if cascadable and self._not_found_kept(attempt, hits):
+        cascade = cascadable and self._cascade(attempt, hits)
+        if cascadable and cascade is None:
             route = Route(route.model, route.decision, NOT_FOUND_KEPT)
-        elif cascadable and self._failed(attempt):
+        elif cascade:
             cascading = time.perf_counter()
             prepared = self.prompt(self.large, tenant, question, history, hits, query,
                                    max_tokens, options)  # fmt: skip
@@ -388,25 +391,12 @@ class QueryPipeline:
         return (self.route_config.cascade and route.decision == "routed"
                 and route.model != self.large)  # fmt: skip
 
-    def _not_found_kept(self, attempt: Attempt, hits: Sequence[SearchHit]) -> bool:
-        """The small model found nothing (or its quote is not in the sources), with nothing to
-        check, over passages the judge scores below route.not_found_min_score: its "not found"
-        stands, without asking the large model (``grounded.route``'s reason: NOT_FOUND_KEPT)."""
-        best = top_score(hit.rerank_score for hit in hits)
-        return (attempt.reader.result().abstained and attempt.support is None
-                and below(best, self.route_config.not_found_min_score))  # fmt: skip
-
-    def _failed(self, attempt: Attempt) -> bool:
-        """The small model's answer is "not found" or withheld by its check, passed its check
-        by less than route.min_check, the model was unsure of it (route.min_confidence), or
-        its figures are not its quote's (route.quote_figures): the large model is asked."""
-        config = self.route_config
-        return (
-            attempt.reader.result().abstained
-            or below(attempt.support, config.min_check)
-            or below(attempt.confidence, config.min_confidence)
-            or (config.quote_figures and attempt.figures_disagree)
-        )
+    def _cascade(self, attempt: Attempt, hits: Sequence[SearchHit]) -> bool | None:
+        """Whether the small model's answer goes to the large model (serve/query/routing.py
+        ``cascades``); None: its "not found" is kept (NOT_FOUND_KEPT)."""
+        first = FirstAnswer(attempt.reader.result().abstained, attempt.support,
+                            attempt.confidence, attempt.figures_disagree)  # fmt: skip
+        return cascades(first, top_score(hit.rerank_score for hit in hits), self.route_config)
 
     async def answer(
         self,
@@ -425,8 +415,3 @@ class QueryPipeline:
             if isinstance(item, Answer):
                 return item
         raise AssertionError("QueryPipeline.stream ended without an Answer")
-
-
-def below(value: float | None, threshold: float | None) -> bool:
-    """``value`` is known and under a set ``threshold``."""
-    return value is not None and threshold is not None and value < threshold

@@ -171,6 +171,38 @@ def hard_because(signals: RouteSignals, route: RouteConfig) -> str | None:
     return None
 
 
+def below(value: float | None, threshold: float | None) -> bool:
+    """``value`` is known and under a set ``threshold``."""
+    return value is not None and threshold is not None and value < threshold
+
+
+@dataclass(frozen=True, slots=True)
+class FirstAnswer:
+    """The small model's answer, as the cascade reads it."""
+
+    not_found: bool  # "not found": its own, or withheld by its check
+    support: float | None  # its check's P(yes) (None: nothing was checked)
+    confidence: float | None  # the model's own (route.min_confidence; None: not measured)
+    figures_disagree: bool  # its figures are not its quote's
+
+
+def cascades(answer: FirstAnswer, top: float | None, route: RouteConfig) -> bool | None:
+    """The cascade's rule (route.cascade on), one home for the pipeline and the routing
+    benchmark: True, the large model is asked: the answer is "not found" or withheld, passed
+    its check by less than route.min_check, the model was unsure of it (route.min_confidence),
+    or its figures are not its quote's (route.quote_figures). None: a "not found" with
+    nothing checked over passages the judge scores (best: ``top``) below
+    route.not_found_min_score stands. False: the answer stands."""
+    if answer.not_found and answer.support is None and below(top, route.not_found_min_score):
+        return None
+    return (
+        answer.not_found
+        or below(answer.support, route.min_check)
+        or below(answer.confidence, route.min_confidence)
+        or (route.quote_figures and answer.figures_disagree)
+    )
+
+
 # A routed small model's own "not found" kept without a cascade (route.not_found_min_score):
 # the reason a small route carries, so that metrics count what the setting held back.
 NOT_FOUND_KEPT = "not_found_low_score"

@@ -95,6 +95,10 @@ def test_a_recorded_small_not_found_cascades_only_over_passages_judged_high():
     # a small answer withheld by its check cascades whatever the judge's scores
     checked = {**small, "abstained": False, "support": 0.3}
     assert policy_outcome(checked, large, {**policy, "not_found_min_score": 3.0})[2] == "cascade"
+    # the appliance's order (serve/query/routing.py cascades): a kept "not found" stands even
+    # when its figures disagree; the report once cascaded it (2 of 341 questions)
+    kept = {**policy, "not_found_min_score": 3.0, "quote_figures": True}
+    assert policy_outcome({**small, "figures_disagree": True}, large, kept)[2] == "small"
 
 
 def test_the_judges_best_score_is_read_against_the_not_found_cascades_that_help():

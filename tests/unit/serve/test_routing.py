@@ -21,8 +21,10 @@ from serve.query.routing import (
     COMPARES,
     MODEL_ID,
     NOT_FOUND_KEPT,
+    FirstAnswer,
     RouteConfig,
     RouteSignals,
+    cascades,
     compares,
     hard_because,
 )
@@ -235,13 +237,13 @@ def test_a_small_not_found_is_asked_of_the_large_model_only_over_passages_judged
 
     not_found = json.dumps({"source": 0, "quote": "", "answer": "Not found in the sources."})
     gated = RouteConfig(not_found_min_score=3.0)
-    for score, route, cascades in ((4.0, gated, True), (3.0, gated, True),
+    for score, route, asked in ((4.0, gated, True), (3.0, gated, True),
                                    (2.0, gated, False), (2.0, RouteConfig(), True)):  # fmt: skip
         answer, calls = answers(score, route, not_found)
-        assert bool(calls) == cascades, (score, route)
-        assert answer.abstained != cascades
-        assert answer.route.decision == ("cascaded" if cascades else "routed")
-        assert (answer.route.reason == NOT_FOUND_KEPT) == (not cascades)  # shown, and counted
+        assert bool(calls) == asked, (score, route)
+        assert answer.abstained != asked
+        assert answer.route.decision == ("cascaded" if asked else "routed")
+        assert (answer.route.reason == NOT_FOUND_KEPT) == (not asked)  # shown, and counted
     withheld, calls = answers(2.0, gated, quoted(1, QUOTE, "27 days."), small_support=0.2)
     assert calls and withheld.route.decision == "cascaded" and not withheld.abstained
 
@@ -471,3 +473,18 @@ def test_the_documented_routing_example_is_a_valid_config():
     config = load_config(None, **base)
     assert list(config.generator.configs()) == ["small", "large"]
     assert config.generator.route.large_checks and config.generator.route.min_check == 0.85
+
+
+@pytest.mark.parametrize(("answer", "top", "expected"), [
+    (FirstAnswer(False, 0.9, None, False), 5.0, False),  # checked and sure: it stands
+    (FirstAnswer(True, None, None, False), 5.0, True),  # "not found" over a strong passage
+    (FirstAnswer(True, None, None, True), 1.0, None),  # kept, whatever else it shows
+    (FirstAnswer(True, 0.3, None, False), 1.0, True),  # withheld by its check: never kept
+    (FirstAnswer(False, 0.8, None, False), 1.0, True),  # under min_check
+    (FirstAnswer(False, 0.9, -3.0, False), 5.0, True),  # unsure
+    (FirstAnswer(False, 0.9, None, True), 5.0, True),  # its figures are not its quote's
+])  # fmt: skip
+def test_the_cascade_rule(answer, top, expected):
+    route = RouteConfig(min_check=0.85, min_confidence=-2.0, quote_figures=True,
+                        not_found_min_score=3.0)  # fmt: skip
+    assert cascades(answer, top, route) is expected
