@@ -25,7 +25,7 @@ from serve.config import AppConfig
 from serve.http.api import ModelNotFoundError
 from serve.identity.audit import AuditEntry, AuditLog
 from serve.identity.caller import Caller
-from serve.identity.keys import Keys
+from serve.identity.keys import KeyStore
 from serve.identity.oidc import Authenticator
 from serve.metrics import metrics
 from serve.query.admission import Grant, Usage
@@ -64,7 +64,7 @@ class Gateway:
     def __init__(
         self,
         config: AppConfig,
-        keys: Authenticator | Keys,
+        keys: Authenticator | KeyStore,
         pipeline: QueryPipeline,
         generator,
         embed: Callable[[list[str]], Awaitable[tuple[np.ndarray, int]]],

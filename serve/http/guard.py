@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from index.errors import InvalidRequestError
-from serve.identity.keys import ApiKey, Keys
+from serve.identity.keys import ApiKey, KeyStore
 from serve.identity.oidc import Authenticator
 
 JSON_BODY_LIMIT = 8 * 2**20  # chat, embeddings, search: far above any window's worth of text
@@ -27,7 +27,7 @@ class LengthRequiredError(InvalidRequestError):
 
 
 class RequestGuard:
-    def __init__(self, keys: Authenticator | Keys, upload_limit: int) -> None:
+    def __init__(self, keys: Authenticator | KeyStore, upload_limit: int) -> None:
         self.keys, self.upload_limit = keys, upload_limit
 
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiKey | None:

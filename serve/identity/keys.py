@@ -1,27 +1,25 @@
 """API keys: bearer secrets that map to one tenant and a set of scopes (DESIGN.md decision 5).
 
-Only the SHA-256 of each key is stored (keys are 256-bit random secrets, so a fast hash is enough):
-with several nodes in the ``keys`` store of the state server (``state.url``,
-serve/state/database.py), else in ``<data_dir>/keys.json``, written atomically under a file lock so
-that several `grounded keys` commands and the running appliance never see a half-written file. The
-appliance re-reads the file when it changes, so a created or revoked key takes effect without a
-restart.
+Only the SHA-256 of each key is stored (keys are 256-bit random secrets, so a fast hash is
+enough), in the ``keys`` store of the state layer like every other store
+(serve/state/database.py): ``<data_dir>/keys.sqlite`` on one node, the state server's with
+several (``state.url``). A key is looked up on each request, so one created or revoked by
+`grounded keys` takes effect without a restart. A data directory that still has the
+``keys.json`` of earlier versions has it imported when the store is first opened.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from index.access import Reader, parse_access, principals_of
-from index.durable import write_atomic
 from index.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from index.store.tenants import validate_tenant
 from serve.accounting.budgets import Budget
@@ -102,92 +100,6 @@ def parse_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     return chosen
 
 
-class KeyStore:
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / "keys.json"
-        self._cache: dict[str, ApiKey] = {}
-        self._stamp: tuple[int, int] | None = None
-
-    @contextmanager
-    def _locked(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _read(self) -> list[ApiKey]:
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InvalidRequestError(f"cannot read the key file {self.path}: {exc}") from exc
-        return [ApiKey.of(item) for item in raw["keys"]]
-
-    def _write(self, keys: list[ApiKey]) -> None:
-        payload = json.dumps({"keys": [asdict(k) for k in keys]}, indent=2)
-        write_atomic(self.path, payload.encode("utf-8"), mode=0o600)
-
-    def list(self) -> list[ApiKey]:
-        return self._read()
-
-    def create(
-        self,
-        tenant: str,
-        scopes: Iterable[str] = DEFAULT_SCOPES,
-        name: str = "",
-        user: str | None = None,
-        groups: Iterable[str] = (),
-    ) -> tuple[ApiKey, str]:
-        """A new key for ``tenant`` (used by ``user``, reading as ``groups``: documents
-        restricted to them, index/access.py); the secret is returned once and never stored."""
-        key, secret = new_key(tenant, scopes, name, user, groups)
-        with self._locked():
-            self._write([*self._read(), key])
-        return key, secret
-
-    def set_budget(self, key_id: str, budget: Budget, *, keep: bool = False) -> ApiKey:
-        """Replace a key's own limits (an empty Budget removes them), or with ``keep`` only
-        those ``budget`` sets; the appliance picks the change up on its next request."""
-        with self._locked():
-            keys = self._read()
-            for index, key in enumerate(keys):
-                if key.id == key_id:
-                    keys[index] = with_budget(key, budget, keep)
-                    self._write(keys)
-                    return keys[index]
-        raise _no_key(key_id)
-
-    def revoke(self, key_id: str) -> ApiKey:
-        with self._locked():
-            keys = self._read()
-            for index, key in enumerate(keys):
-                if key.id == key_id:
-                    if key.active:
-                        keys[index] = replace(key, revoked_at=time.time())
-                        self._write(keys)
-                    return keys[index]
-        raise _no_key(key_id)
-
-    def _active_by_digest(self) -> dict[str, ApiKey]:
-        try:
-            stat = self.path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp != self._stamp:
-            self._cache = {k.sha256: k for k in self._read() if k.active}
-            self._stamp = stamp
-        return self._cache
-
-    def authenticate(self, authorization: str | None) -> ApiKey:
-        """The key behind an ``Authorization: Bearer ...`` header, or AuthenticationError."""
-        return _known(self._active_by_digest().get(_digest(bearer_secret(authorization))))
-
-
 def new_key(
     tenant: str, scopes: Iterable[str], name: str, user: str | None, groups: Iterable[str]
 ) -> tuple[ApiKey, str]:
@@ -238,15 +150,36 @@ CREATE TABLE IF NOT EXISTS api_keys (
 )
 """,
 )
+KEY_FILE = "keys.json"  # where one node kept its keys before they moved to keys.sqlite
+DB_NAME = "keys.sqlite"
 
 
-class DatabaseKeyStore:
-    """The keys of several nodes, in the ``keys`` store on the state server
-    (serve/state/database.py): one row per key, looked up by its digest on each request, so a
-    created or revoked key takes effect on every node at once."""
+class KeyStore:
+    """The API keys, in the ``keys`` store of the state layer (serve/state/database.py):
+    ``<data_dir>/keys.sqlite`` on one node, the state server with several (``state``). One
+    row per key, looked up by its digest on each request, so a key created or revoked (by
+    `grounded keys`, another process) takes effect at the next request, on every node."""
 
-    def __init__(self, data_dir: Path, state: StateConfig) -> None:
-        self.db = open_database(state, data_dir, "keys", KEY_MIGRATIONS)
+    def __init__(self, data_dir: Path, state: StateConfig | None = None) -> None:
+        self.db = open_database(state or StateConfig(), data_dir, "keys", KEY_MIGRATIONS, "FULL")
+        if self.db.dialect == "sqlite":
+            os.chmod(self.db.path, 0o600)  # hashes only, but nobody else's to read
+            self._adopt(Path(data_dir) / KEY_FILE)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _adopt(self, key_file: Path) -> None:
+        """A data directory from before keys.sqlite: its keys.json imported once, in one
+        transaction, then renamed keys.json.imported (kept, never read again)."""
+        if not key_file.is_file():
+            return
+        keys = read_key_file(key_file)
+        with self.db.transaction() as db:
+            for key in keys:
+                db.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                           _row(key))  # fmt: skip
+        key_file.replace(key_file.with_name(KEY_FILE + ".imported"))
 
     @staticmethod
     def _key(body: str) -> ApiKey:
@@ -256,7 +189,7 @@ class DatabaseKeyStore:
         db.execute(
             "INSERT INTO api_keys VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "body = excluded.body, revoked = excluded.revoked",
-            (key.id, key.sha256, json.dumps(asdict(key)), int(not key.active)),
+            _row(key),
         )
 
     def list(self) -> list[ApiKey]:
@@ -272,6 +205,8 @@ class DatabaseKeyStore:
         user: str | None = None,
         groups: Iterable[str] = (),
     ) -> tuple[ApiKey, str]:
+        """A new key for ``tenant`` (used by ``user``, reading as ``groups``: documents
+        restricted to them, index/access.py); the secret is returned once and never stored."""
         key, secret = new_key(tenant, scopes, name, user, groups)
         with self.db.transaction() as db:
             self._put(db, key)
@@ -287,6 +222,8 @@ class DatabaseKeyStore:
         return key
 
     def set_budget(self, key_id: str, budget: Budget, *, keep: bool = False) -> ApiKey:
+        """Replace a key's own limits (an empty Budget removes them), or with ``keep`` only
+        those ``budget`` sets; the appliance applies the change from its next request."""
         return self._change(key_id, lambda key: with_budget(key, budget, keep))
 
     def revoke(self, key_id: str) -> ApiKey:
@@ -303,12 +240,21 @@ class DatabaseKeyStore:
         return _known(self._key(row[0]) if row else None)
 
 
-Keys = KeyStore | DatabaseKeyStore  # the same methods: list, create, set_budget, revoke, ...
+def read_key_file(path: Path) -> list[ApiKey]:
+    """The keys of a ``keys.json`` (earlier versions' key file), or InvalidRequestError."""
+    try:
+        return [ApiKey.of(item) for item in json.loads(path.read_text("utf-8"))["keys"]]
+    except KeyError as exc:
+        raise InvalidRequestError(f"cannot read the key file {path}: no {exc} field") from exc
+    except (OSError, ValueError, TypeError) as exc:
+        raise InvalidRequestError(f"cannot read the key file {path}: {exc}") from exc
 
 
-def key_store(config) -> Keys:
-    """The appliance's keys (``config``: an AppConfig): ``<data_dir>/keys.json`` on one node,
-    the state server's ``keys`` store where ``state.url`` is set."""
-    if config.state.url:
-        return DatabaseKeyStore(config.data_dir, config.state)
-    return KeyStore(config.data_dir)
+def key_store(config) -> KeyStore:
+    """The appliance's keys (``config``: an AppConfig): ``<data_dir>/keys.sqlite`` on one
+    node, the state server's ``keys`` store where ``state.url`` is set."""
+    return KeyStore(config.data_dir, config.state)
+
+
+def _row(key: ApiKey) -> tuple:
+    return key.id, key.sha256, json.dumps(asdict(key)), int(not key.active)

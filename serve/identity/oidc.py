@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from index.errors import AuthenticationError, GroundedError
 from index.store.tenants import validate_tenant
-from serve.identity.keys import PREFIX, SCOPES, ApiKey, Keys
+from serve.identity.keys import PREFIX, SCOPES, ApiKey, KeyStore
 
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC"}  # the JWK key type each algorithm needs
@@ -98,7 +98,7 @@ class Authenticator:
     """The caller's identity from an ``Authorization: Bearer ...`` header: a Grounded API key
     (``gk-...``), else, when ``oidc`` is configured, the identity provider's token."""
 
-    def __init__(self, keys: Keys, oidc: OidcConfig | None = None) -> None:
+    def __init__(self, keys: KeyStore, oidc: OidcConfig | None = None) -> None:
         self.keys, self.oidc = keys, oidc
 
     def authenticate(self, authorization: str | None) -> ApiKey:

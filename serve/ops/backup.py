@@ -59,6 +59,8 @@ from index.errors import GroundedError
 from index.store.rows import DB_NAME
 from index.store.tenants import TenantDirectory, validate_tenant
 from serve.identity.audit import DB_NAME as AUDIT_DB
+from serve.identity.keys import DB_NAME as KEYS_DB
+from serve.identity.keys import KEY_FILE
 from serve.ops.backup_files import (
     ANOTHER,
     BackupError,
@@ -75,14 +77,15 @@ log = logging.getLogger(__name__)
 FORMAT = "grounded-backup"
 FORMAT_VERSION = 1
 MANIFEST = "grounded-backup.json"
-KEYS = "keys.json"
+KEYS = KEYS_DB
+OLD_KEYS = KEY_FILE  # an earlier version's key file, in a data directory it has not opened
 LEDGER = "usage.sqlite"
 RESPONSES = RESPONSES_DB
 AUDIT = AUDIT_DB
-DATABASES = (LEDGER, RESPONSES, AUDIT)  # top-level SQLite databases
+DATABASES = (KEYS, LEDGER, RESPONSES, AUDIT)  # top-level SQLite databases
 TENANTS = "tenants"
 # The entries of a data directory that a restore replaces; all others move to the new one.
-STATE = (TENANTS, KEYS, "keys.lock",
+STATE = (TENANTS, OLD_KEYS, f"{OLD_KEYS}.imported", "keys.lock",
          *(f"{db}{suffix}" for db in DATABASES for suffix in ("", "-wal", "-shm")))  # fmt: skip
 
 
@@ -179,7 +182,11 @@ def backup(
                 copy_database(data_dir / relative, target)
             else:
                 write_atomic(target, (data_dir / relative).read_bytes(), mode=0o600)
-                check_keys(dest, f"{KEYS} of {data_dir}", "check it with `grounded keys list`")
+                check_keys(
+                    target, f"{OLD_KEYS} of {data_dir}", "check it with `grounded keys list`"
+                )
+            if relative in (KEYS, OLD_KEYS):
+                os.chmod(target, 0o600)
             entry = BackupFile(path=relative, kind=kind, size=target.stat().st_size,
                                sha256=file_sha256(target))  # fmt: skip
             log.info("backed up %s (%d bytes)", relative, entry.size)
@@ -206,8 +213,8 @@ def _state_files(data_dir: Path) -> list[tuple[str, Literal["sqlite", "file"]]]:
     files: list[tuple[str, Literal["sqlite", "file"]]] = [
         (f"{TENANTS}/{t}/{DB_NAME}", "sqlite") for t in tenants.tenants() if tenants.exists(t)
     ]
-    if (data_dir / KEYS).is_file():
-        files.append((KEYS, "file"))
+    if (data_dir / OLD_KEYS).is_file():
+        files.append((OLD_KEYS, "file"))
     files += [(db, "sqlite") for db in DATABASES if (data_dir / db).is_file()]
     return files
 
@@ -290,7 +297,7 @@ def read_manifest(src: Path) -> BackupManifest:
 def _check_entry(manifest: Path, entry: BackupFile) -> None:
     """Only the files a backup writes, by their exact paths: nothing can land elsewhere."""
     parts = entry.path.split("/")
-    expected = {KEYS: "file", **dict.fromkeys(DATABASES, "sqlite")}.get(entry.path)
+    expected = {OLD_KEYS: "file", **dict.fromkeys(DATABASES, "sqlite")}.get(entry.path)
     if len(parts) == 3 and parts[0] == TENANTS and parts[2] == DB_NAME:
         try:
             validate_tenant(parts[1])
@@ -300,7 +307,7 @@ def _check_entry(manifest: Path, entry: BackupFile) -> None:
     if expected != entry.kind:
         raise BackupError(
             f"{manifest} lists an unexpected file {entry.path!r} ({entry.kind}): only tenant "
-            f"shards, {KEYS}, {', '.join(DATABASES)} are restored; the backup is damaged; "
+            f"shards, {OLD_KEYS}, {', '.join(DATABASES)} are restored; the backup is damaged; "
             f"{ANOTHER}"
         )
 
@@ -343,7 +350,7 @@ def _existing_state(target: Path) -> list[str]:
     tenants = TenantDirectory(target)
     shards = [t for t in tenants.tenants() if tenants.exists(t)]
     found = [f"{len(shards)} tenant shard(s)"] if shards else []
-    return found + [name for name in (KEYS, LEDGER) if (target / name).exists()]
+    return found + [name for name in (KEYS, OLD_KEYS, LEDGER) if (target / name).exists()]
 
 
 def _stage(src: Path, manifest: BackupManifest, staging: Path) -> None:
@@ -364,8 +371,9 @@ def _stage(src: Path, manifest: BackupManifest, staging: Path) -> None:
         if entry.kind == "sqlite":
             check_database(target, f"{entry.path} in {src}", shard=target.name == DB_NAME)
         else:
+            check_keys(target, f"{OLD_KEYS} in {src}", f"the backup is damaged; {ANOTHER}")
+        if entry.path in (KEYS, OLD_KEYS):
             os.chmod(target, 0o600)
-            check_keys(staging, f"{KEYS} in {src}", f"the backup is damaged; {ANOTHER}")
     fsync_tree(staging)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from index.errors import GroundedError, InvalidRequestError
 from index.store.rows import DB_NAME
-from serve.identity.keys import KeyStore
+from serve.identity.keys import read_key_file
 
 ANOTHER = "use another backup"
 
@@ -57,12 +57,12 @@ def check_database(path: Path, label: str, *, shard: bool) -> None:
         ) from exc
 
 
-def check_keys(folder: Path, label: str, fix: str) -> None:
+def check_keys(path: Path, label: str, fix: str) -> None:
+    """An earlier version's keys.json (a data directory not yet opened by this one)."""
     try:
-        KeyStore(folder).list()
-    except (GroundedError, KeyError, TypeError, ValueError) as exc:
-        detail = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
-        raise BackupError(f"{label} is not a readable key file ({detail}); {fix}") from exc
+        read_key_file(path)
+    except GroundedError as exc:
+        raise BackupError(f"{label} is not a readable key file ({exc.message}); {fix}") from exc
 
 
 def file_sha256(path: Path) -> str:

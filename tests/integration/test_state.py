@@ -146,11 +146,11 @@ def test_stored_responses_are_shared_by_replicas_and_kept_per_tenant(postgres):
 def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres, tmp_path):
     from index.errors import AuthenticationError, InvalidRequestError
     from serve.config import AppConfig
-    from serve.identity.keys import DatabaseKeyStore, key_store
+    from serve.identity.keys import key_store
 
     config = AppConfig(data_dir=tmp_path, state=StateConfig(url=postgres.url))
     cli, node = key_store(config), key_store(config)
-    assert isinstance(cli, DatabaseKeyStore)
+    assert cli.db.dialect == "postgresql"
     key, secret = cli.create("keyed", ["query"], name="ci", user="ana", groups=["hr"])
     assert node.authenticate(f"Bearer {secret}") == key  # every field, through JSON and back
     assert cli.set_budget(key.id, Budget(tokens_per_day=500)).limits.tokens_per_day == 500
@@ -161,7 +161,7 @@ def test_keys_created_on_one_node_authenticate_on_another_until_revoked(postgres
         node.authenticate(f"Bearer {secret}")  # revoked everywhere, at once
     with pytest.raises(InvalidRequestError, match="no API key with id 'key_nope'"):
         cli.revoke("key_nope")
-    assert not (tmp_path / "keys.json").exists()  # nothing of it on the node's disk
+    assert not (tmp_path / "keys.sqlite").exists()  # nothing of it on the node's disk
 
 
 def test_the_audit_trail_of_every_node_is_one_and_filters_by_document(postgres):

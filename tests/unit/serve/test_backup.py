@@ -1,3 +1,4 @@
+import dataclasses
 import hashlib
 import json
 import os
@@ -268,8 +269,8 @@ def _stale_lexical_index(backup_dir: Path) -> None:
 
 
 def _bad_keys(backup_dir: Path) -> None:
-    (backup_dir / "keys.json").write_text('{"not": "keys"}')
-    _rehash(backup_dir, "keys.json")
+    (backup_dir / "keys.sqlite").write_bytes(b"not a database at all" * 100)
+    _rehash(backup_dir, "keys.sqlite")
 
 
 def _outside(backup_dir: Path) -> None:
@@ -308,7 +309,7 @@ BAD_BACKUPS = {
         _stale_lexical_index,
         "acme/shard.sqlite3 .* is damaged or not a SQLite database",
     ),
-    "unreadable key file, checksum matching": (_bad_keys, "keys.json in .* not a readable key"),
+    "unreadable keys, checksum matching": (_bad_keys, "keys.sqlite in .* not a SQLite database"),
 }
 
 
@@ -356,10 +357,10 @@ def _existing(tmp_path: Path) -> Path:
 def test_a_failed_forced_restore_leaves_the_existing_data_dir_untouched(fake_service, tmp_path):
     data_dir, _ = populate(fake_service)
     backup(data_dir, tmp_path / "backup")
-    _flip_byte(tmp_path / "backup" / "keys.json", 10)
+    _flip_byte(tmp_path / "backup" / "keys.sqlite", 10)
     existing = _existing(tmp_path)
     before = file_hashes(existing)
-    with pytest.raises(BackupError, match=r"keys.json in .* does not match its checksum"):
+    with pytest.raises(BackupError, match=r"keys.sqlite in .* does not match its checksum"):
         restore(tmp_path / "backup", existing, force=True)
     assert file_hashes(existing) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "data", "existing"]
@@ -452,3 +453,21 @@ def test_the_backup_names_every_embedder_the_config_uses(tmp_path):
     assert models["embedder"] == "all-MiniLM-L6-v2"
     assert models["embedder multilingual"] == "multilingual-e5-small"  # as `models fetch` knows it
     assert models["reranker"] == "ms-marco-minilm-l12"
+
+
+def test_an_earlier_versions_key_file_is_backed_up_restored_and_then_imported(tmp_path):
+    """A data directory whose keys are still in keys.json (not yet opened by this version):
+    backed up as a file (checked to parse), restored, and imported when first opened."""
+    old = tmp_path / "old"
+    old.mkdir()
+    key, secret = KeyStore(tmp_path / "made").create("acme", ["query"], name="ci")
+    body = {"keys": [{**dataclasses.asdict(key), "scopes": list(key.scopes)}]}
+    (old / "keys.json").write_text(json.dumps(body))
+    manifest = backup(old, tmp_path / "backup")
+    assert [(f.path, f.kind) for f in manifest.files] == [("keys.json", "file")]
+    restored = restore(tmp_path / "backup", tmp_path / "restored").data_dir
+    assert KeyStore(restored).authenticate(f"Bearer {secret}") == key
+    assert (restored / "keys.json.imported").exists()
+    (old / "keys.json").write_text('{"not": "keys"}')
+    with pytest.raises(BackupError, match=r"keys.json of .* not a readable key file"):
+        backup(old, tmp_path / "again")

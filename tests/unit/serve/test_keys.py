@@ -19,9 +19,28 @@ def test_a_created_key_authenticates_to_its_tenant_and_only_its_hash_is_stored(t
     key, secret = store.create("acme", ["query"], name="ci")
     found = store.authenticate(f"Bearer {secret}")
     assert found.id == key.id and found.tenant == "acme" and found.scopes == ("query",)
-    stored = (tmp_path / "keys.json").read_text()
-    assert secret not in stored and json.loads(stored)["keys"][0]["sha256"] == key.sha256
-    assert stat.S_IMODE((tmp_path / "keys.json").stat().st_mode) == 0o600
+    store.close()
+    stored = (tmp_path / "keys.sqlite").read_bytes()
+    assert secret.encode() not in stored and key.sha256.encode() in stored
+    assert stat.S_IMODE((tmp_path / "keys.sqlite").stat().st_mode) == 0o600
+
+
+def test_the_key_file_of_earlier_versions_is_imported_once_and_kept(tmp_path):
+    """A data directory with keys.json: its keys authenticate from keys.sqlite; the file is
+    renamed keys.json.imported, never read again (a key revoked later stays revoked)."""
+    old = KeyStore(tmp_path / "old")
+    (key, secret), (gone, _) = old.create("acme", ["query"], name="ci"), old.create("acme")
+    old.revoke(gone.id)
+    with old.db.read() as db:
+        rows = [json.loads(body) for (body,) in db.execute("SELECT body FROM api_keys")]
+    (tmp_path / "keys.json").write_text(json.dumps({"keys": rows}))
+    store = KeyStore(tmp_path)
+    assert store.authenticate(f"Bearer {secret}") == key
+    assert {k.id: k.active for k in store.list()} == {key.id: True, gone.id: False}
+    assert not (tmp_path / "keys.json").exists() and (tmp_path / "keys.json.imported").exists()
+    store.revoke(key.id)
+    with pytest.raises(AuthenticationError):
+        KeyStore(tmp_path).authenticate(f"Bearer {secret}")
 
 
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer   ", "Basic abc", "gk-abc"])
