@@ -256,14 +256,8 @@ def text_part(text: str, annotations: list[dict[str, Any]]) -> dict[str, Any]:
 def file_citations(answer: Answer) -> list[dict[str, Any]]:
     """``file_citation`` annotations: one per (citing sentence, cited source), placed at the
     end of the sentence."""
-    cited = {c.source.number: c.source.hit for c in answer.cited}
-    return [
-        {"type": "file_citation", "file_id": hit.doc_id, "filename": hit.file_name,
-         "index": statement.span[1]}
-        for statement in answer.statements
-        for number in statement.numbers
-        if (hit := cited.get(number)) is not None
-    ]  # fmt: skip
+    return [{"type": "file_citation", "file_id": hit.doc_id, "filename": hit.file_name,
+             "index": end} for (_, end), hit in api.citing(answer)]  # fmt: skip
 
 
 def usage(answer: Answer) -> dict[str, Any]:
