@@ -12,6 +12,7 @@ from typing import Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from index.access import KEEP, Access, parse_access
 from index.errors import GroundedError, InvalidRequestError
 from index.types import SearchHit
 from serve.query.pipeline import Answer, QueryOptions
@@ -163,6 +164,25 @@ class ChatRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
+class AccessUpdate(BaseModel):
+    """``POST /v1/files/{id}/access``: who may read a file (index/access.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    access: list[str] | str  # principals (user:<name>, group:<name>), or "tenant"
+
+    def readers(self) -> Access:
+        return parse_access(self.access)
+
+
+def upload_access(value: str | None, sent: bool) -> Access | str:
+    """An upload's ``access`` form field: KEEP (a new file is the tenant's, a stored one
+    keeps its list) when not sent; sent empty (which FastAPI reads as absent), a 400."""
+    if value is None and not sent:
+        return KEEP
+    return parse_access(value or "")
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -250,22 +270,22 @@ def _annotations(answer: Answer, files_url: str) -> list[dict[str, Any]]:
     file's text (``GET /v1/files/{id}/content?format=text``) with the chunk's character range
     as an RFC 5147 fragment (``#char=start,end``); ``title`` names the file, its page and
     section."""
+    return [
+        {"type": "url_citation", "url_citation": {
+            "start_index": start, "end_index": end,
+            "url": f"{files_url}/{hit.doc_id}/content?format=text#char={hit.start},{hit.end}",
+            "title": citation_title(hit),
+        }}
+        for (start, end), hit in citing(answer)
+    ]  # fmt: skip
+
+
+def citing(answer: Answer) -> list[tuple[tuple[int, int], SearchHit]]:
+    """Each (citing sentence's span in the answer text, the source it cites), in order: what
+    every annotation shape (chat's url_citation, Responses' file_citation) is made of."""
     cited = {citation.source.number: citation.source.hit for citation in answer.cited}
-    annotations = []
-    for statement in answer.statements:
-        for number in statement.numbers:
-            if (hit := cited.get(number)) is None:
-                continue
-            annotations.append({
-                "type": "url_citation",
-                "url_citation": {
-                    "start_index": statement.span[0], "end_index": statement.span[1],
-                    "url": f"{files_url}/{hit.doc_id}/content?format=text"
-                    f"#char={hit.start},{hit.end}",
-                    "title": citation_title(hit),
-                },
-            })  # fmt: skip
-    return annotations
+    return [(statement.span, cited[number]) for statement in answer.statements
+            for number in statement.numbers if number in cited]  # fmt: skip
 
 
 def citation_title(hit: SearchHit) -> str:

@@ -30,3 +30,12 @@ def test_modules_stay_small_and_serve_keeps_its_stages_in_folders():
     assert sizes["serve/deployments/shards.py"] <= 100
     top = [p.name for p in (ROOT / "serve").glob("*.py")]
     assert len(top) < 10, top
+
+
+def test_routes_translate_and_never_decide_who_reads_what():
+    """Access is decided below the routes (serve/shards/host.py, the catalog's SQL): a route
+    that imported index.access would be deciding it again."""
+    for route in (ROOT / "serve" / "http" / "routes").glob("*.py"):
+        text = route.read_text()
+        assert "index.access" not in text.replace("(index/access.py)", ""), route.name
+        assert "may_read" not in text and "may_write" not in text, route.name

@@ -10,11 +10,9 @@ from typing import Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict
 
-from index.access import KEEP, parse_access
 from index.errors import InvalidRequestError
-from serve.http import objects, openapi
+from serve.http import api, objects, openapi
 from serve.http.routes import Ingesting, Querying, gateway
 
 router = APIRouter()
@@ -32,9 +30,7 @@ async def upload(
     access: str | None = Form(None),  # Grounded's: who may read it (index/access.py)
 ) -> dict[str, Any]:
     service = gateway(request)
-    if access is None and "access" in (await request.form()):  # sent empty: a slip, a 400
-        access = ""
-    readers = KEEP if access is None else parse_access(access)
+    readers = api.upload_access(access, sent="access" in await request.form())
     limit = service.config.index.limits.max_bytes
     data = await file.read(limit + 1)
     name = Path(file.filename or "").name
@@ -104,22 +100,16 @@ async def file_content(request: Request, caller: Querying, file_id: str, format:
     return Response(data, media_type=media, headers={"content-disposition": disposition})
 
 
-class AccessUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    access: list[str] | str  # principals (user:<name>, group:<name>), or "tenant"
-
-
 @router.post("/v1/files/{file_id}/access", response_model=None, responses=openapi.FILE)
 async def set_access(
-    request: Request, caller: Ingesting, file_id: str, body: AccessUpdate
+    request: Request, caller: Ingesting, file_id: str, body: api.AccessUpdate
 ) -> dict[str, Any]:
     """Grounded's: who may read a stored file, from the next request on (nothing is embedded
     again). Needs the ingest scope, and the file's owner or an admin (403 for a file the
     caller reads but does not own; 404 for one it may not read)."""
     service = gateway(request)
-    readers = parse_access(body.access)
-    record = await service.shards_for(caller.tenant).set_access(caller.reader, file_id, readers)
+    shards = service.shards_for(caller.tenant)
+    record = await shards.set_access(caller.reader, file_id, body.readers())
     await service.record(caller, "files.access", None, [file_id])
     # As changed, even when the list no longer names the caller (it reads it no more).
     return objects.file_object(record)
