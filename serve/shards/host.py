@@ -237,14 +237,8 @@ class ShardHost:
         """The stored document, else the upload still being ingested (or refused), when
         ``reader`` may read it; else ``no such file``, exactly as for an id that never
         existed. Every read of one file goes through here."""
-        try:
-            record = shard.get_document(doc_id)
-        except DocumentNotFoundError:
-            try:
-                record = Uploads(shard).get(doc_id)
-            except DocumentNotFoundError:
-                raise no_such_file(doc_id) from None
-        if not reader.may_read(record.access):
+        record = _stored(shard, doc_id)
+        if record is None or not reader.may_read(record.access):
             raise no_such_file(doc_id)
         return record
 
@@ -308,8 +302,12 @@ class ShardHost:
         shard = await self.shard(tenant)
         doc_id, owner = upload_id(tenant, reader.identity, file_name), reader.identity
         uploads = Uploads(shard)
-        with contextlib.suppress(DocumentNotFoundError):  # an owner off its own list
-            await asyncio.to_thread(self._writable, shard, reader, doc_id)
+        stored = await asyncio.to_thread(_stored, shard, doc_id)  # the uploader's own, if any
+        if stored is not None and not reader.may_write(stored.access, stored.owner):
+            raise PermissionDeniedError(
+                f"you uploaded {file_name} before ({doc_id}) and are no longer on its access "
+                "list: an admin may give it back to you, or delete it"
+            )
         entry = upload_entry(file_name, access, owner)
         async with self._write(shard, tenant, "upload", entry, data):
             await asyncio.to_thread(uploads.store, doc_id, file_name, data, access, owner)
@@ -437,3 +435,15 @@ def check_catalog_operation(operation: Callable) -> None:
     name = getattr(operation, "__name__", "")
     if name.startswith("_") or getattr(VectorStoreCatalog, name, None) is not operation:
         raise ValueError(f"not a VectorStoreCatalog operation: {operation!r}")
+
+
+def _stored(shard: TenantShard, doc_id: str) -> StoredFile | None:
+    """The stored document, else the upload still being ingested (or refused), else None;
+    whoever may read it (the callers check)."""
+    try:
+        return shard.get_document(doc_id)
+    except DocumentNotFoundError:
+        try:
+            return Uploads(shard).get(doc_id)
+        except DocumentNotFoundError:
+            return None

@@ -720,3 +720,26 @@ def test_a_quiet_tenant_is_served_before_a_busy_tenants_queue(appliance, uploade
     assert "1 requests waiting" in refused.json()["error"]["message"]
     assert int(refused.headers["retry-after"]) >= 1
     assert first_delta["acme-1"] < first_delta["globex"] < first_delta["acme-2"]
+
+
+def test_every_route_answers_a_hidden_file_as_an_absent_one_through_the_appliance(appliance):
+    """tests/unit/serve/test_access_attacks.py's route-table attack through Ray: the real
+    Shards replicas, the real Gateway, over HTTP."""
+    import httpx
+
+    from tests.unit.serve.test_access_attacks import attack_every_route
+
+    running, _, config = appliance
+    keys = KeyStore(config.data_dir)
+    secrets = {role: keys.create("acme", scopes, user=user, groups=groups)[1]
+               for role, scopes, user, groups in (
+                   ("editor", ["query", "ingest"], "hana", ["hr"]),
+                   ("reader", ["query"], "hugo", ["hr"]),
+                   ("outsider", ["query", "ingest"], "eli", ["eng"]))}  # fmt: skip
+    who = {role: {"authorization": f"Bearer {secret}"} for role, secret in secrets.items()}
+    salary = b"The salary band for engineers is 70,000 to 90,000 euros a year."
+    with httpx.Client(base_url=running.api_url.removesuffix("/v1"), timeout=120) as client:
+        created = client.post("/v1/files", headers=who["editor"], files={
+            "file": ("salaries.txt", salary)}, data={"access": "group:hr"})  # fmt: skip
+        assert created.status_code == 200, created.text
+        assert attack_every_route(client, who, created.json()["id"]) >= 40

@@ -284,25 +284,35 @@ def test_every_route_answers_a_hidden_file_as_an_absent_one_and_leaks_nothing(hr
     request naming a file is sent with the hidden id and with an absent one: same status,
     same body; no answer to the engineer holds the hidden file's id, name or content."""
     client, secrets, salaries = hr
-    eng, reader = auth(secrets["acme-eng"]), auth(secrets["acme-hr"])
-    editor = auth(secrets["acme-hr-editor"])
+    who = {role: auth(secrets[name]) for role, name in (
+        ("editor", "acme-hr-editor"), ("reader", "acme-hr"), ("outsider", "acme-eng"))}  # fmt: skip
+    assert attack_every_route(client, who, salaries) >= 40
+
+
+def attack_every_route(client, who: dict[str, dict], hidden: str) -> int:
+    """``client`` (an httpx-like client of the API: in-process, or the real appliance) with
+    ``who``'s headers: ``editor`` owns the file ``hidden`` (for a group ``reader`` is in and
+    ``outsider`` is not); every route of the app's table, sent as the outsider. Returns how
+    many requests it sent."""
+    from serve.http.app import create_app
+
+    editor, reader, outsider = who["editor"], who["reader"], who["outsider"]
     store = client.post("/v1/vector_stores", headers=editor,
-                        json={"name": "hr", "file_ids": [salaries]}).json()["id"]  # fmt: skip
+                        json={"name": "hr", "file_ids": [hidden]}).json()["id"]  # fmt: skip
     batch = client.post(f"/v1/vector_stores/{store}/file_batches", headers=editor,
-                        json={"file_ids": [salaries]}).json()["id"]  # fmt: skip
-    response = client.post(
-        "/v1/responses", headers=reader, json={"model": "grounded", "input": "salary band?"}
-    ).json()["id"]
-    own = client.post("/v1/vector_stores", headers=eng, json={"name": "mine"}).json()["id"]
+                        json={"file_ids": [hidden]}).json()["id"]  # fmt: skip
+    asked = {"model": "grounded", "input": "salary band?", "max_output_tokens": 16}
+    response = client.post("/v1/responses", headers=reader, json=asked).json()["id"]
+    own = client.post("/v1/vector_stores", headers=outsider, json={"name": "mine"}).json()["id"]
     table = cases({"store": store, "own": own, "batch": batch, "response": response})
-    assert set(table) == set(v1_routes(client.app)), "a route without a leak case"
+    assert set(table) == set(v1_routes(create_app(None))), "a route without a leak case"
     sent = 0
     for (method, _), requests in table.items():
         for path, body in requests:
             answers = []
-            for file_id in (salaries, ABSENT) if "{file}" in str((path, body)) else (None,):
+            for file_id in (hidden, ABSENT) if "{file}" in str((path, body)) else (None,):
                 url = path.replace("{file}", file_id or "")
-                answer = client.request(method, url, headers=eng,
+                answer = client.request(method, url, headers=outsider,
                                         json=fill(body, file_id))  # fmt: skip
                 assert answer.status_code < 500, (method, url, answer.text[:300])
                 answers.append(answer)
@@ -310,12 +320,12 @@ def test_every_route_answers_a_hidden_file_as_an_absent_one_and_leaks_nothing(hr
             text = answers[0].text
             assert not any(leak in text for leak in LEAKS), (method, path, text[:300])
             if len(answers) == 2:
-                assert same_answer(*answers, salaries), (method, path, answers[0].text[:300],
-                                                         answers[1].text[:300])  # fmt: skip
+                assert same_answer(*answers, hidden), (method, path, answers[0].text[:300],
+                                                       answers[1].text[:300])  # fmt: skip
             else:
-                assert salaries not in text, (method, path, text[:300])
-    assert sent >= 40
-    assert client.get(f"/v1/files/{salaries}", headers=editor).status_code == 200  # untouched
+                assert hidden not in text, (method, path, text[:300])
+    assert client.get(f"/v1/files/{hidden}", headers=editor).status_code == 200  # untouched
+    return sent
 
 
 def fill(body, file_id: str | None):

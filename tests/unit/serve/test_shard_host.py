@@ -86,3 +86,21 @@ def test_a_search_through_the_deployment_names_its_reader():
 
     with pytest.raises(ValueError, match="names its reader"):
         run(RemoteSearcher(None, None).search(TENANT, "q", 5, SearchParams()))
+
+
+def test_an_owner_off_its_own_list_neither_reads_nor_replaces_its_file(host):
+    """It took itself off the list: its file is 404 to it, and uploading the name again is a
+    403 saying an admin may give it back (never a silent new version)."""
+    from index.errors import PermissionDeniedError
+
+    async def scenario():
+        first, _ = await host.upload(TENANT, HANA, "plan.txt", b"The HR plan.", 30)
+        await host.set_access(TENANT, HANA, first.doc_id, ("group:finance",))
+        with pytest.raises(DocumentNotFoundError):
+            await host.file(TENANT, HANA, first.doc_id)
+        with pytest.raises(PermissionDeniedError, match="an admin may give it back"):
+            await host.upload(TENANT, HANA, "plan.txt", b"Another plan.", 30)
+        return await host.file(TENANT, OPERATOR, first.doc_id)
+
+    kept = run(scenario())
+    assert (kept.version, kept.access) == (1, ("group:finance",))

@@ -105,3 +105,26 @@ def test_an_upload_keeps_who_will_read_it_until_its_document_is_written(fake_ser
     assert uploads.access("doc-3") is None  # given: the whole tenant
     assert {u.doc_id: u.access for u in uploads.unfinished()} == {
         "doc-1": ("group:hr",), "doc-2": None, "doc-3": None}  # fmt: skip
+
+
+def test_a_restricted_upload_still_being_ingested_is_hidden_in_a_store_like_its_document(
+    fake_service,
+):
+    """Before it is a document, an upload's own list decides who sees it as a store member:
+    its name, counts, size, cursors and searches."""
+    from index.access import Reader
+
+    shard = fake_service.shard("acme", create=True)
+    Uploads(shard).store("doc-1", "salaries.md", TEXT, ("group:hr",), "user:hana")
+    store = VectorStoreCatalog(shard, OPERATOR).create_store(name="hr", file_ids=["doc-1"])
+    hana = VectorStoreCatalog(shard, Reader("user:hana", frozenset({"group:hr"})))
+    eli = VectorStoreCatalog(shard, Reader("user:eli", frozenset({"group:eng"})))
+    assert [(f.id, f.status) for f in hana.list_store_files(store.id).data] == [
+        ("doc-1", "in_progress")]  # fmt: skip
+    assert eli.list_store_files(store.id).data == ()
+    seen = eli.get_store(store.id)
+    assert (seen.file_counts.total, seen.usage_bytes) == (0, 0)
+    with pytest.raises(DocumentNotFoundError):
+        eli.get_store_file(store.id, "doc-1")
+    with pytest.raises(DocumentNotFoundError, match="nothing was attached"):
+        eli.create_store(name="mine", file_ids=["doc-1"])
