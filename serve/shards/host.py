@@ -21,11 +21,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -53,10 +52,9 @@ from serve.query.retrieval import (
     search_shard,
 )
 from serve.shards.ingestion import UploadIngestion, upload_id
+from serve.shards.ownership import Ownership, Placement
 from serve.state.shard_owners import (
-    LeaseLostError,
     Replayed,
-    ShardLease,
     ShardOwners,
     catalog_entry,
     catalog_of,
@@ -70,15 +68,6 @@ StoredFile = DocumentRecord | UploadRecord
 
 def no_such_file(file_id: str) -> DocumentNotFoundError:
     return DocumentNotFoundError(f"no such file: {file_id}", param="file_id")
-
-
-class Placement(Protocol):
-    """Where the host runs: its node (the folder of its shards with several nodes) and the
-    holder name its leases carry."""
-
-    def node(self) -> str: ...
-
-    def holder(self) -> str: ...
 
 
 class ShardHost:
@@ -97,12 +86,10 @@ class ShardHost:
         self.service: IndexService | None = None
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
         self.uploads = UploadIngestion(lambda: self.service)
-        self.owners = None
-        self.leases: dict[str, ShardLease] = {}  # tenant -> this host's lease (several nodes)
-        self.writing: dict[str, asyncio.Lock] = {}  # tenant -> its writes, one at a time
-        self._renewing: asyncio.Task | None = None
+        self.ownership: Ownership | None = None  # with several nodes
         if config.state.url:
-            self.owners = ShardOwners(config.state, config.state.shard_lease_s)
+            owners = ShardOwners(config.state, config.state.shard_lease_s)
+            self.ownership = Ownership(owners, placement)
         self._opened: dict[str, TenantShard] = {}
         # The loaded shards by tenant: by default kept open here; the Serve deployment puts
         # its multiplexed LRU around load_shard instead.
@@ -123,7 +110,7 @@ class ShardHost:
     def _shard_root(self) -> Path:
         """Where this host's shards live: the data directory, or with several nodes its
         node's own folder in it (on that node's disk)."""
-        if self.owners is None:
+        if self.ownership is None:
             return self.config.data_dir
         return self.config.data_dir / "nodes" / self.placement.node()
 
@@ -131,99 +118,51 @@ class ShardHost:
         service = await self._service()
         shard = await asyncio.to_thread(service.open_shard, tenant, create=True)
         self.loaded[tenant] = shard  # evicted shards drop out when collected
-        if self.owners is None:  # several nodes: resumed once the shard is owned (_own)
+        if self.ownership is None:  # several nodes: resumed once the shard is owned (_own)
             await self.uploads.resume(shard, tenant)
         metrics().shards_loaded.set(len(self.loaded))
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return shard
 
     async def shard(self, tenant: str) -> TenantShard:
-        """The tenant's shard, owned first with several nodes."""
-        if self.owners is not None and tenant not in self.leases:
-            async with self.writing.setdefault(tenant, asyncio.Lock()):
-                if tenant not in self.leases:
+        """The tenant's shard; with several nodes, only while this host owns it (serve/shards/
+        ownership.py), taking it over first (its lease, then this node's copy brought up to
+        the log) when it does not."""
+        ownership = self.ownership
+        if ownership is not None and not ownership.holds(tenant):
+            async with ownership.lock(tenant):
+                if not ownership.holds(tenant):
                     return await self._own(tenant)
         return await self.get_shard(tenant)
 
     async def _own(self, tenant: str) -> TenantShard:
-        """Take the tenant's lease (ShardOwnedElsewhereError, a 503, while another replica
-        holds it), then load its shard and bring this node's copy up to the tenant's log.
-
-        The lease comes first: Serve routes a tenant to the replicas that report it loaded,
+        """The lease comes first: Serve routes a tenant to the replicas that report it loaded,
         and a replica reports a tenant as soon as its load begins (Ray 2.60 may go on
         reporting it after the load failed). A replica that cannot own the tenant never
         loads it, so it draws none of the tenant's requests. The index service starts
-        before (its first start is slow), and a replay that outlasts the lease takes it
-        again and replays what came meanwhile."""
-        holder, node = self.placement.holder(), self.placement.node()
+        before (its first start is slow)."""
         await self._service()
-        lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
-        try:
-            shard = await self.get_shard(tenant)
-            started, applied = time.perf_counter(), 0
+
+        async def replay_into(shard: TenantShard) -> int:
             position, ingest = Replayed(shard.directory), self.uploads.replayed(shard, tenant)
-            while True:
-                applied += await asyncio.to_thread(
-                    replay, self.owners, tenant, position, ingest, shard
-                )
-                try:
-                    lease = await asyncio.to_thread(self.owners.renew, lease)
-                    break
-                except LeaseLostError:  # ran out during the replay: again, if still free
-                    lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
-        except BaseException:  # its next owner need not wait for the lease to run out
-            with contextlib.suppress(GroundedError):
-                await asyncio.to_thread(self.owners.release, lease)
-            raise
-        if applied:
-            log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
-                     time.perf_counter() - started)  # fmt: skip
-        self.leases[tenant] = lease
+            return await asyncio.to_thread(
+                replay, self.ownership.owners, tenant, position, ingest, shard
+            )
+
+        shard = await self.ownership.take(tenant, lambda: self.get_shard(tenant), replay_into,
+                                          lambda t: t in self.loaded)  # fmt: skip
         await self.uploads.resume(shard, tenant)
-        if self._renewing is None or self._renewing.done():
-            self._renewing = asyncio.get_running_loop().create_task(self._renew())
         return shard
-
-    async def _renew(self) -> None:
-        """Renew this host's leases every third of their length; a lease lost (the host
-        paused past it, or the server unreachable that long) is dropped, and the tenant's
-        next request takes it again or is told another replica holds it."""
-        while self.leases:
-            await asyncio.sleep(self.owners.lease_s / 3)
-            for tenant, lease in list(self.leases.items()):
-                if tenant not in self.loaded:  # evicted: left to run out for the next owner
-                    self.leases.pop(tenant, None)
-                    continue
-                try:
-                    self.leases[tenant] = await asyncio.to_thread(self.owners.renew, lease)
-                except GroundedError as exc:  # LeaseLostError, StateUnavailableError
-                    log.warning("lease on tenant %r lost: %s", tenant, exc)
-                    self.leases.pop(tenant, None)
-
-    async def _logged(self, tenant: str, op: str, meta: dict, data: bytes | None = None):
-        """With several nodes, log a write on the state server before it is applied (fenced
-        by this host's lease): the caller holds the tenant's writing lock, applies the
-        write, then records its position. None on one node."""
-        if self.owners is None:
-            return None
-        lease = self.leases.get(tenant)
-        if lease is None:  # lost since the request began (the renewal failed)
-            raise LeaseLostError(f"this replica no longer owns tenant {tenant!r}'s shard; retry")
-        try:
-            return await asyncio.to_thread(self.owners.append, lease, op, meta, data)
-        except LeaseLostError:
-            self.leases.pop(tenant, None)
-            raise
 
     @contextlib.asynccontextmanager
     async def _write(self, shard: TenantShard, tenant: str, op: str, meta: dict, data=None):
         """One write to the tenant's shard: logged first (several nodes), then applied by
         the body, then its log position recorded; one at a time per tenant."""
-        if self.owners is None:
+        if self.ownership is None:
             yield
             return
-        async with self.writing.setdefault(tenant, asyncio.Lock()):
-            seq = await self._logged(tenant, op, meta, data)
+        async with self.ownership.lock(tenant):
+            seq = await self.ownership.logged(tenant, op, meta, data)
             try:
                 yield
             except GroundedError:  # refused (a 4xx): it is refused again when replayed
@@ -421,7 +360,7 @@ class ShardHost:
         as ``reader``: the stores live in its database (serve/shards/tenant.py)."""
         check_catalog_operation(operation)
         shard = await self.shard(tenant)
-        if self.owners is None or operation.__name__ not in MUTATIONS:
+        if self.ownership is None or operation.__name__ not in MUTATIONS:
             catalog = VectorStoreCatalog(shard, reader)
             return await asyncio.to_thread(operation, catalog, *args, **kwargs)
         meta = catalog_entry(operation.__name__, reader, args, kwargs)  # replayed exactly

@@ -285,3 +285,77 @@ def test_an_owner_killed_mid_ingest_loses_no_acknowledged_upload(postgres, tmp_p
     assert owned - killed <= lease_s + 1.0
     service.close()
     owners.close()
+
+
+def test_a_replica_cut_off_from_the_state_server_stops_serving_before_a_takeover(
+    postgres, tmp_path
+):
+    """Reads are fenced (DESIGN.md decision 17), with the fault outside the code: replica A
+    reaches PostgreSQL through a TCP proxy, which freezes (the connection stays open, nothing
+    arrives). Past A's local deadline, B takes the tenant over and takes group:hr off a file;
+    A, still cut off, never answers HR from its copy with the old list: it tries to take the
+    lease again (held by the frozen link) and, once the link thaws, is refused because B
+    holds it. Before the fence, A served the tenant for as long as its lease table held it."""
+    import asyncio
+
+    from index.access import OPERATOR, Reader
+    from index.config import IndexConfig
+    from index.errors import DocumentNotFoundError
+    from index.service import IndexService
+    from index.testing import HashingEmbedder
+    from serve.config import load_config
+    from serve.shards.host import ShardHost
+    from serve.state.shard_owners import LeaseLostError, ShardOwnedElsewhereError
+    from tests.faults import FreezingProxy
+
+    class At:
+        def __init__(self, node: str) -> None:
+            self.node_id = node
+
+        def node(self) -> str:
+            return self.node_id
+
+        def holder(self) -> str:
+            return f"replica-{self.node_id}"
+
+    proxy = FreezingProxy(("127.0.0.1", postgres.port))
+    lease_s, tenant = 2.0, "fenced"
+    hana = Reader("user:hana", frozenset({"user:hana", "group:hr"}))
+
+    def replica(node: str, url: str) -> ShardHost:
+        config = load_config(None, data_dir=str(tmp_path),
+                             state={"url": url, "shard_lease_s": lease_s})  # fmt: skip
+        start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
+        return ShardHost(config, start, At(node))
+
+    a = replica("a", postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/"))
+    b = replica("b", postgres.url)
+    salary = b"The salary band for engineers is 70,000 to 90,000 euros a year."
+
+    async def scenario():
+        result, _ = await a.upload(tenant, hana, "salaries.txt", salary, 30, ("group:hr",))
+        assert (await a.file(tenant, hana, result.doc_id)).access == ("group:hr",)
+        proxy.freeze()
+        await asyncio.sleep(lease_s + 0.5)  # A's renewals are held by the proxy
+        await b.shard(tenant)  # the lease ran out on the server: B takes over, replays
+        await b.set_access(tenant, OPERATOR, result.doc_id, ("group:finance",))
+        read = asyncio.ensure_future(a.file(tenant, hana, result.doc_id))
+        await asyncio.wait({read}, timeout=1.0)
+        assert not read.done(), "A answered from its copy while cut off"
+        proxy.thaw()
+        with pytest.raises((ShardOwnedElsewhereError, LeaseLostError)):
+            await asyncio.wait_for(read, 30)
+        with pytest.raises(ShardOwnedElsewhereError):  # B holds it: the ingress resends
+            await a.file(tenant, hana, result.doc_id)
+        with pytest.raises(DocumentNotFoundError):  # B answers: HR no longer reads it
+            await b.file(tenant, hana, result.doc_id)
+        for host in (a, b):
+            host.ownership.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.close()
+        for host in (a, b):
+            if host.service is not None:
+                host.service.close()

@@ -16,6 +16,7 @@ from index.service import IndexService
 from index.testing import HashingEmbedder
 from serve.config import load_config
 from serve.shards.host import ShardHost
+from serve.shards.ownership import Ownership
 from serve.shards.tenant import to_owner
 from serve.state.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
 
@@ -139,14 +140,16 @@ def replica(tmp_path):
 
 def own(host: ShardHost, held_elsewhere: bool = False, runs_out: int = 0):
     """The replica's shard for the tenant, as a request gets it; its renewals stopped."""
-    host.owners = Owners(host.events, held_elsewhere, runs_out)
+    owners = Owners(host.events, held_elsewhere, runs_out)
+    if host.ownership is None:
+        host.ownership = Ownership(owners, Placement())
+    host.ownership.owners = owners
 
     async def request():
         try:
             return await host.shard(TENANT)
         finally:
-            if host._renewing is not None:
-                host._renewing.cancel()
+            host.ownership.stop()
 
     return asyncio.run(request())
 
@@ -155,13 +158,13 @@ def test_a_replica_refused_the_lease_never_loads_the_tenant(replica):
     with pytest.raises(ShardOwnedElsewhereError, match="held by r2"):
         own(replica, held_elsewhere=True)
     assert replica.events == ["acquire"]  # Serve never began to load it: no routing to it
-    assert TENANT not in replica.leases
+    assert TENANT not in replica.ownership.held
 
 
 def test_the_owner_takes_the_lease_then_loads_and_replays(replica):
     shard = own(replica)
     assert replica.events == ["acquire", "load", "replay", "renew"]
-    assert replica.leases[TENANT].holder == "r1" and shard.tenant == TENANT
+    assert replica.ownership.held[TENANT].lease.holder == "r1" and shard.tenant == TENANT
     own(replica)  # owned: later requests only load (Serve's cache)
     assert replica.events == ["acquire", "load", "replay", "renew", "load"]
 
@@ -171,7 +174,7 @@ def test_a_replay_that_outlasts_the_lease_takes_it_again_and_replays_what_came_m
 ):
     own(replica, runs_out=1)
     assert replica.events == ["acquire", "load", "replay", "renew", "acquire", "replay", "renew"]
-    assert TENANT in replica.leases
+    assert TENANT in replica.ownership.held
 
 
 def test_a_load_that_fails_gives_the_lease_back(replica):
@@ -179,4 +182,4 @@ def test_a_load_that_fails_gives_the_lease_back(replica):
     with pytest.raises(OSError, match="disk full"):
         own(replica)
     assert replica.events == ["acquire", "load", "release"]
-    assert TENANT not in replica.leases
+    assert TENANT not in replica.ownership.held

@@ -1,0 +1,152 @@
+"""With several nodes (``state.url``): which tenants a ShardHost owns, fenced in time.
+
+A host owns a tenant under a lease on the state server (serve/state/shard_owners.py). It
+serves the tenant, reads as well as writes, only before a local deadline: the monotonic clock
+read before the acquire or renew that the server granted, plus the lease's length, minus a
+margin for the two clocks' rates (DRIFT). Past it the host no longer owns the tenant, whatever
+its renewals are doing (stuck on a frozen link, failing, or not scheduled): the next request
+takes the lease again, bringing this node's copy up to the log first, or is refused because
+another replica holds it. So a host cut off from the state server stops answering for a tenant
+before another can have taken it over, and never answers with access lists older than the log.
+
+Renewals run every third of a lease in one task, restarted when it has ended; any failure of a
+renewal leaves the tenant to its deadline, and a lease the server says is lost is dropped at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from index.errors import GroundedError
+from index.store.shard import TenantShard
+from serve.state.shard_owners import LeaseLostError, ShardLease, ShardOwners
+
+log = logging.getLogger("grounded")
+DRIFT = 0.1  # the share of a lease kept back from the local deadline
+
+
+class Placement(Protocol):
+    """Where the host runs: its node (the folder of its shards with several nodes) and the
+    holder name its leases carry."""
+
+    def node(self) -> str: ...
+
+    def holder(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    lease: ShardLease
+    deadline: float  # the monotonic clock's time past which the tenant is no longer served
+
+
+class Ownership:
+    """``clock``: monotonic seconds (injected for tests)."""
+
+    def __init__(
+        self,
+        owners: ShardOwners,
+        placement: Placement,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.owners, self.placement, self.clock = owners, placement, clock
+        self.held: dict[str, Held] = {}
+        self.writing: dict[str, asyncio.Lock] = {}  # tenant -> its writes, one at a time
+        self._renewing: asyncio.Task | None = None
+
+    def lock(self, tenant: str) -> asyncio.Lock:
+        return self.writing.setdefault(tenant, asyncio.Lock())
+
+    def holds(self, tenant: str) -> bool:
+        """This host owns ``tenant`` now: its lease was granted or renewed recently enough.
+        A lease past its deadline is dropped here."""
+        held = self.held.get(tenant)
+        if held is None:
+            return False
+        if self.clock() < held.deadline:
+            return True
+        log.warning("lease on tenant %r not renewed in time: no longer served here", tenant)
+        self.held.pop(tenant, None)
+        return False
+
+    def _deadline(self, asked_at: float) -> float:
+        return asked_at + self.owners.lease_s * (1 - DRIFT)
+
+    async def take(
+        self,
+        tenant: str,
+        load: Callable[[], Awaitable[TenantShard]],
+        replay_into: Callable[[TenantShard], Awaitable[int]],
+        loaded: Callable[[str], bool],
+    ) -> TenantShard:
+        """Take ``tenant``'s lease (ShardOwnedElsewhereError, a 503, while another replica
+        holds it), then ``load`` its shard and ``replay_into`` it what the log holds beyond
+        this node's copy (how many entries); a replay that outlasts the lease takes it again
+        and replays what came meanwhile. ``loaded(tenant)``: the shard is still open here (an
+        evicted one's lease is left to run out)."""
+        holder, node = self.placement.holder(), self.placement.node()
+        asked = self.clock()
+        lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
+        try:
+            shard = await load()
+            started, applied = time.perf_counter(), 0
+            while True:
+                applied += await replay_into(shard)
+                asked = self.clock()
+                try:
+                    lease = await asyncio.to_thread(self.owners.renew, lease)
+                    break
+                except LeaseLostError:  # ran out during the replay: again, if still free
+                    lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
+        except BaseException:  # its next owner need not wait for the lease to run out
+            with contextlib.suppress(GroundedError):
+                await asyncio.to_thread(self.owners.release, lease)
+            raise
+        if applied:
+            log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
+                     time.perf_counter() - started)  # fmt: skip
+        self.held[tenant] = Held(lease, self._deadline(asked))
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.get_running_loop().create_task(self._renew(loaded))
+        return shard
+
+    async def _renew(self, loaded: Callable[[str], bool]) -> None:
+        while self.held:
+            await asyncio.sleep(self.owners.lease_s / 3)
+            for tenant, held in list(self.held.items()):
+                if not loaded(tenant):  # evicted: left to run out for the next owner
+                    self.held.pop(tenant, None)
+                    continue
+                asked = self.clock()
+                try:
+                    lease = await asyncio.to_thread(self.owners.renew, held.lease)
+                except LeaseLostError as exc:
+                    log.warning("lease on tenant %r lost: %s", tenant, exc)
+                    self.held.pop(tenant, None)
+                except Exception as exc:  # the deadline decides (StateUnavailableError, ...)
+                    log.warning("renewing the lease on tenant %r failed: %s", tenant, exc)
+                else:
+                    if self.held.get(tenant) is held:
+                        self.held[tenant] = Held(lease, self._deadline(asked))
+
+    async def logged(self, tenant: str, op: str, meta: dict, data: bytes | None = None) -> int:
+        """Log a write on the state server before it is applied, fenced twice: this host's
+        deadline, then the server's check of the lease. The caller holds ``lock(tenant)``."""
+        if not self.holds(tenant):  # lost since the request began
+            raise LeaseLostError(f"this replica no longer owns tenant {tenant!r}'s shard; retry")
+        try:
+            return await asyncio.to_thread(self.owners.append, self.held[tenant].lease, op, meta,
+                                           data)  # fmt: skip
+        except LeaseLostError:
+            self.held.pop(tenant, None)
+            raise
+
+    def stop(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()

@@ -1,0 +1,59 @@
+"""Faults injected outside the code under test: a TCP proxy between a client and a server
+(PostgreSQL, here) that forwards bytes, or holds them (``freeze``: the connection stays open and
+nothing arrives, as on a partition or a stalled switch) until ``thaw``."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+
+class FreezingProxy:
+    """``127.0.0.1:<port>`` forwarding to ``target``; a thread per connection."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._closed = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self.flowing.clear()
+
+    def thaw(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.thaw()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        peers = {client: server, server: client}
+        try:
+            while not self._closed.is_set():
+                ready, _, _ = select.select(list(peers), [], [], 0.2)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    self.flowing.wait()  # frozen: held here, the connection left open
+                    peers[sock].sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()

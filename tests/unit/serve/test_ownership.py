@@ -1,0 +1,111 @@
+"""A host's ownership of tenants with several nodes (serve/shards/ownership.py): a tenant is
+served only before a local deadline taken before the lease was granted or renewed, and the
+renewals survive any failure. The lease server is a stand-in here; tests/integration/
+test_state.py freezes a real one's link."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serve.shards.ownership import DRIFT, Ownership
+from serve.state.shard_owners import LeaseLostError, ShardLease
+
+pytestmark = pytest.mark.unit
+TENANT = "acme"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Owners:
+    """The lease server: grants, renews (or fails as told), logs appends."""
+
+    lease_s = 0.03  # the renewal loop wakes every 10 ms
+
+    def __init__(self) -> None:
+        self.renewals, self.appended, self.fail = 0, [], None
+
+    def acquire(self, tenant: str, holder: str, node: str) -> ShardLease:
+        return ShardLease(tenant, holder, node, token=1, expires=1e12)
+
+    def renew(self, lease: ShardLease) -> ShardLease:
+        self.renewals += 1
+        if self.fail is not None:
+            raise self.fail
+        return lease
+
+    def release(self, lease: ShardLease) -> None:
+        pass
+
+    def append(self, lease, op, meta, data) -> int:
+        self.appended.append(op)
+        return len(self.appended)
+
+
+class Here:
+    def node(self) -> str:
+        return "n1"
+
+    def holder(self) -> str:
+        return "r1"
+
+
+async def taken(ownership: Ownership) -> None:
+    async def load():
+        return "shard"
+
+    async def replay_into(shard) -> int:
+        return 0
+
+    await ownership.take(TENANT, load, replay_into, lambda tenant: True)
+
+
+def test_a_tenant_is_served_only_before_its_local_deadline():
+    clock, owners = Clock(), Owners()
+    ownership = Ownership(owners, Here(), clock)
+
+    async def scenario():
+        await taken(ownership)
+        ownership.stop()
+        assert ownership.holds(TENANT)
+        clock.now += owners.lease_s * (1 - DRIFT) - 1e-6
+        assert ownership.holds(TENANT)
+        clock.now += 2e-6  # past it: dropped, whatever the server still says
+        assert not ownership.holds(TENANT) and TENANT not in ownership.held
+        with pytest.raises(LeaseLostError):
+            await ownership.logged(TENANT, "delete", {"doc_id": "d"})
+        assert owners.appended == []  # refused here, before the server was asked
+
+    asyncio.run(scenario())
+
+
+def test_renewals_survive_any_failure_and_the_deadline_decides():
+    clock, owners = Clock(), Owners()
+    ownership = Ownership(owners, Here(), clock)
+
+    async def scenario():
+        await taken(ownership)
+        owners.fail = RuntimeError("the driver broke")
+        await asyncio.sleep(0.05)
+        assert owners.renewals >= 2 and not ownership._renewing.done()  # still renewing
+        assert ownership.holds(TENANT)  # until its deadline
+        owners.fail = None
+        renewals = owners.renewals
+        await asyncio.sleep(0.03)
+        assert owners.renewals > renewals
+        clock.now += 10 * owners.lease_s  # a renewal that succeeds moves the deadline on
+        await asyncio.sleep(0.03)
+        assert ownership.holds(TENANT)
+        owners.fail = LeaseLostError("taken over")
+        await asyncio.sleep(0.03)
+        assert TENANT not in ownership.held  # the server says so: dropped at once
+        ownership.stop()
+
+    asyncio.run(scenario())
