@@ -6,6 +6,7 @@ its replica from the deployments' handles; tests build it in-process over a Gate
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -88,8 +89,13 @@ async def _request_id(request: Request, call_next):
     started = time.perf_counter()
     try:
         guard = request.app.state.guard
-        if guard is not None:  # the key and the size, before the body is read
-            request.state.api_key = guard.check(request.method, request.url.path, request.headers)
+        if guard is not None and not guard.public(request.url.path):
+            # The key and the size, before the body is read; in a thread, so that a slow
+            # key store (the state server's, an identity provider) never stalls the event
+            # loop, which serves /health and every stream under way.
+            request.state.api_key = await asyncio.to_thread(
+                guard.check, request.method, request.url.path, request.headers
+            )
         response = await call_next(request)
     except GroundedError as exc:
         response = api.error_response(exc, request_id)

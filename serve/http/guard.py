@@ -30,10 +30,15 @@ class RequestGuard:
     def __init__(self, keys: Authenticator | KeyStore, upload_limit: int) -> None:
         self.keys, self.upload_limit = keys, upload_limit
 
+    @staticmethod
+    def public(path: str) -> bool:
+        """/health, /docs, /openapi.json: answered without a key."""
+        return not path.startswith("/v1/")
+
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiKey | None:
         """The caller's key (None on public paths), or the error to answer with, before any
         byte of the body is read."""
-        if not path.startswith("/v1/"):  # /health, /docs, /openapi.json
+        if self.public(path):
             return None
         key = self.keys.authenticate(headers.get("authorization"))  # 401 before anything else
         if method not in ("POST", "PUT", "PATCH"):

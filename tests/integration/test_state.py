@@ -359,3 +359,44 @@ def test_a_replica_cut_off_from_the_state_server_stops_serving_before_a_takeover
         for host in (a, b):
             if host.service is not None:
                 host.service.close()
+
+
+def test_a_stalled_key_store_leaves_health_answering(postgres, tmp_path):
+    """The ingress's key lookup runs off the event loop: with the state server's link frozen
+    (the TCP proxy of tests/faults.py), a request stalls in its key check while /health is
+    answered at once. Before, the lookup ran on the event loop, and /health waited too."""
+    import asyncio
+
+    import httpx
+
+    from serve.http.app import create_app
+    from serve.http.guard import RequestGuard
+    from serve.identity.keys import KeyStore
+    from tests.faults import FreezingProxy
+
+    proxy = FreezingProxy(("127.0.0.1", postgres.port))
+    url = postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/")
+    keys = KeyStore(tmp_path, StateConfig(url=url))
+    app = create_app(None, RequestGuard(keys, 1000))
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ingress") as client:
+            proxy.freeze()
+            started = time.monotonic()
+            stalled = asyncio.ensure_future(  # a key looked up on the frozen link
+                client.get("/v1/models", headers={"authorization": "Bearer gk-not-a-key"})
+            )
+            await asyncio.sleep(0.3)
+            health = await asyncio.wait_for(client.get("/health"), 5.0)
+            waited = time.monotonic() - started
+            assert health.status_code == 200 and waited < 1.3, waited
+            assert not stalled.done()
+            proxy.thaw()
+            assert (await asyncio.wait_for(stalled, 30)).status_code == 401
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.close()
+        keys.close()
