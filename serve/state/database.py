@@ -41,7 +41,22 @@ class StateConfig(BaseModel):
         "several nodes (kept out of printed configs; set it with GROUNDED_STATE__URL to keep "
         "the password out of the file). None: SQLite files in the data directory (one node).",
     )
-    connect_timeout_s: float = Field(10.0, gt=0)
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="Connecting, and each reply of the server, waits this long."
+    )
+    statement_timeout_s: float = Field(
+        30.0, gt=0, description="The server cancels a statement that runs longer (503, retry)."
+    )
+    lock_timeout_s: float = Field(
+        30.0, gt=0,
+        description="The server gives up waiting for a lock (a tenant's admissions, a key being "
+        "changed) after this long (503, retry).",
+    )  # fmt: skip
+    idle_in_transaction_timeout_s: float = Field(
+        60.0, gt=0,
+        description="The server ends a session idle inside a transaction this long (a process "
+        "that vanished mid-admission), releasing its locks.",
+    )  # fmt: skip
     shard_lease_s: float = Field(
         15.0, gt=0,
         description="How long a Shards replica owns a tenant's shard without renewing (every "
@@ -70,6 +85,7 @@ class StateUnavailableError(GroundedError):
     status = 503
     type = "service_unavailable"
     code = "state_unavailable"
+    retry_after = 2
 
 
 class Cursor(Protocol):
@@ -108,7 +124,7 @@ def open_database(
     if config.url:
         url = config.url.get_secret_value()
         steps = migrations["postgresql"] if isinstance(migrations, Mapping) else migrations
-        return PostgresDatabase(url, name, steps, config.connect_timeout_s)
+        return PostgresDatabase(url, name, steps, config.connect_timeout_s, server_settings(config))
     steps = migrations["sqlite"] if isinstance(migrations, Mapping) else migrations
     return SqliteDatabase(Path(data_dir) / f"{name}.sqlite", steps, synchronous)
 
@@ -184,6 +200,31 @@ class _PgConnection:
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+def server_settings(config: StateConfig) -> dict[str, str]:
+    """The session settings every connection sets: the server's own timeouts."""
+    return {
+        "statement_timeout": f"{round(config.statement_timeout_s * 1000)}ms",
+        "lock_timeout": f"{round(config.lock_timeout_s * 1000)}ms",
+        "idle_in_transaction_session_timeout": (
+            f"{round(config.idle_in_transaction_timeout_s * 1000)}ms"
+        ),
+    }
+
+
+# SQLSTATEs of a server that cannot do the work now, though the request is sound: a 503 to
+# retry, not a 500 (read-only after a failover, disk full, out of memory or connections, a
+# statement or lock timeout, shutting down, a serialization failure or deadlock, a session
+# ended while idle in a transaction, and every connection exception: class 08).
+RETRYABLE = {"25006", "53100", "53200", "53300", "57014", "55P03", "57P01", "57P02", "57P03",
+             "40001", "40P01", "25P03"}  # fmt: skip
+
+
+def server_error(exc: BaseException) -> tuple[str, str]:
+    """(SQLSTATE, message) of an error the server sent (pg8000 passes its fields)."""
+    fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+    return str(fields.get("C", "")), str(fields.get("M", exc))
+
+
 class PostgresDatabase:
     """A store's schema on a PostgreSQL server: one connection per process (a lock serialises
     its threads), reopened after the server or the network drops it."""
@@ -191,11 +232,17 @@ class PostgresDatabase:
     dialect = "postgresql"
 
     def __init__(
-        self, url: str, schema: str, migrations: Sequence[str], timeout_s: float = 10.0
+        self,
+        url: str,
+        schema: str,
+        migrations: Sequence[str],
+        timeout_s: float = 10.0,
+        settings: dict[str, str] | None = None,
     ) -> None:
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(f"{schema!r} is not a schema name")
         self.url, self.schema, self.timeout_s = url, schema, timeout_s
+        self.settings = settings if settings is not None else server_settings(StateConfig())
         parts = urlsplit(url)
         self.where = f"PostgreSQL at {parts.hostname}:{parts.port or 5432}{parts.path}"
         self._lock = threading.Lock()
@@ -235,7 +282,10 @@ class PostgresDatabase:
                 "that the server is up"
             ) from exc
         connection.autocommit = True  # transactions are begun and ended here, explicitly
-        connection.cursor().execute(f"SET search_path TO {self.schema}")
+        cursor = connection.cursor()
+        cursor.execute(f"SET search_path TO {self.schema}")
+        for name, value in self.settings.items():
+            cursor.execute(f"SET {name} = '{value}'")
         return connection
 
     @contextmanager
@@ -251,9 +301,9 @@ class PostgresDatabase:
             db = _PgConnection(self._connection)
             try:
                 db.execute("BEGIN")
-                if lock is not None:
-                    db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
-                try:
+                try:  # a lock refused (lock_timeout) rolls back too: never left idle in it
+                    if lock is not None:
+                        db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
                     yield db
                 except BaseException:
                     with contextlib.suppress(*lost):  # then lost below, as the caller's error
@@ -264,6 +314,15 @@ class PostgresDatabase:
                 self._drop()
                 raise StateUnavailableError(
                     f"lost the state database ({self.where}): {exc}; retry"
+                ) from exc
+            except pg8000.exceptions.DatabaseError as exc:
+                code, message = server_error(exc)
+                if code not in RETRYABLE and not code.startswith("08"):
+                    raise  # a fault of this code: a 500 with its trace in the log
+                if code.startswith("08") or code.startswith("57P") or code == "25P03":
+                    self._drop()  # the session is gone
+                raise StateUnavailableError(
+                    f"the state database ({self.where}) cannot do it now ({code}: {message}); retry"
                 ) from exc
 
     @contextmanager

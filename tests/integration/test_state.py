@@ -400,3 +400,52 @@ def test_a_stalled_key_store_leaves_health_answering(postgres, tmp_path):
     finally:
         proxy.close()
         keys.close()
+
+
+def test_a_process_that_vanished_holding_a_lock_neither_blocks_others_nor_keeps_it(
+    postgres, tmp_path
+):
+    """The server's own timeouts (state.lock_timeout_s, idle_in_transaction_timeout_s): a
+    process holding a tenant's lock inside a transaction vanishes (its link to PostgreSQL
+    frozen by the proxy of tests/faults.py). Another waiting for the lock is refused with a
+    503 after lock_timeout_s instead of waiting for TCP keepalive (hours), and the server ends
+    the vanished session once it has idled in its transaction past the timeout: the lock is
+    free again."""
+    import threading
+    from contextlib import suppress
+
+    from serve.state.database import StateUnavailableError, open_database
+    from tests.faults import FreezingProxy
+
+    proxy = FreezingProxy(("127.0.0.1", postgres.port))
+    timeouts = {"lock_timeout_s": 0.5, "idle_in_transaction_timeout_s": 1.5}
+    via_proxy = StateConfig(url=postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/"),
+                            **timeouts)  # fmt: skip
+    vanishing = open_database(via_proxy, tmp_path, "held", ())
+    other = open_database(StateConfig(url=postgres.url, **timeouts), tmp_path, "held", ())
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with suppress(StateUnavailableError), vanishing.transaction(lock="tenant:acme"):
+            inside.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(10)
+        proxy.freeze()
+        started = time.monotonic()
+        refused = pytest.raises(StateUnavailableError, match="55P03")
+        with refused, other.transaction(lock="tenant:acme"):
+            pass
+        assert time.monotonic() - started < 3 and refused.excinfo.value.status == 503
+        time.sleep(1.5)  # past the vanished session's idle timeout: the server ended it
+        with other.transaction(lock="tenant:acme") as db:
+            assert db.execute("SELECT 1").fetchone()[0] == 1
+    finally:
+        proxy.thaw()
+        release.set()
+        holder.join(30)
+        proxy.close()
+        other.close()
