@@ -1,6 +1,8 @@
 """Faults injected outside the code under test: a TCP proxy between a client and a server
 (PostgreSQL, here) that forwards bytes, or holds them (``freeze``: the connection stays open and
-nothing arrives, as on a partition or a stalled switch) until ``thaw``."""
+nothing arrives, as on a partition or a stalled switch) until ``thaw``; ``freeze_on(pattern)``
+freezes when the client next sends ``pattern`` (holding, for example, a COMMIT whose statements
+the server has already run)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,16 @@ class FreezingProxy:
         self.flowing = threading.Event()
         self.flowing.set()
         self._closed = threading.Event()
+        self._trigger: bytes | None = None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def freeze(self) -> None:
         self.flowing.clear()
+
+    def freeze_on(self, pattern: bytes) -> None:
+        self._trigger = pattern
 
     def thaw(self) -> None:
         self.flowing.set()
@@ -50,6 +56,9 @@ class FreezingProxy:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    if sock is client and self._trigger is not None and self._trigger in data:
+                        self._trigger = None
+                        self.freeze()
                     self.flowing.wait()  # frozen: held here, the connection left open
                     peers[sock].sendall(data)
         except OSError:

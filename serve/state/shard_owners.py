@@ -157,6 +157,14 @@ class ShardOwners:
         if op not in OPS:
             raise ValueError(f"unknown shard operation {op!r}; one of {OPS}")
         with self.db.transaction() as db:
+            # The owner row share-locked until this commits: a takeover (which updates the
+            # row) waits for it, so the new owner's replay sees every append acknowledged
+            # under the lease it replaces, and seq order is commit order.
+            db.execute(
+                "SELECT 1 FROM shard_owners WHERE tenant = ? AND holder = ? AND token = ? "
+                "FOR SHARE",
+                (lease.tenant, lease.holder, lease.token),
+            )
             row = db.execute(
                 "INSERT INTO shard_log (tenant, token, op, meta, data, at) SELECT CAST(? AS TEXT), "
                 "CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BYTEA), "

@@ -449,3 +449,53 @@ def test_a_process_that_vanished_holding_a_lock_neither_blocks_others_nor_keeps_
         holder.join(30)
         proxy.close()
         other.close()
+
+
+def test_an_append_committing_during_a_takeover_is_seen_by_the_new_owners_replay(postgres):
+    """The fence holds at commit, not only when the INSERT ran: the old owner's append has run
+    on the server, and its COMMIT is held by the proxy (tests/faults.py) past the lease. The
+    takeover waits for that transaction (the append share-locks the owner row), so once the
+    COMMIT lands and the append is acknowledged, the new owner's replay holds it. Before, the
+    takeover went ahead at once and the acknowledged entry was behind its replay."""
+    import threading
+
+    from serve.state.shard_owners import ShardOwnedElsewhereError, ShardOwners
+    from tests.faults import FreezingProxy
+
+    proxy = FreezingProxy(("127.0.0.1", postgres.port))
+    tenant, lease_s = "committing", 1.0
+    via_proxy = postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/")
+    old = ShardOwners(StateConfig(url=via_proxy), lease_s)
+    new = ShardOwners(StateConfig(url=postgres.url), lease_s)
+    lease = old.acquire(tenant, "replica-old", "node-old")
+    appended, taken = {}, {}
+
+    def append() -> None:
+        appended["seq"] = old.append(lease, "delete", {"doc_id": "doc-1"})
+
+    def take_over() -> None:
+        while True:
+            try:
+                taken["lease"] = new.acquire(tenant, "replica-new", "node-new")
+                taken["log"] = [entry.seq for entry in new.entries(tenant)]
+                return
+            except ShardOwnedElsewhereError:
+                time.sleep(0.1)
+
+    writer, taker = threading.Thread(target=append), threading.Thread(target=take_over)
+    try:
+        proxy.freeze_on(b"COMMIT")
+        writer.start()
+        time.sleep(lease_s + 0.5)  # the INSERT ran; its COMMIT is held; the lease ran out
+        taker.start()
+        taker.join(1.5)
+        assert taker.is_alive(), "the takeover did not wait for the append under way"
+        proxy.thaw()
+        writer.join(30)
+        taker.join(30)
+        assert appended["seq"] in taken["log"]  # acknowledged, and replayed by the new owner
+    finally:
+        proxy.thaw()
+        proxy.close()
+        old.close()
+        new.close()
