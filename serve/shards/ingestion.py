@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable
 
 from index.errors import DocumentNotFoundError, EmbedderChangedError
@@ -17,8 +16,6 @@ from index.service import IndexService
 from index.store.shard import TenantShard
 from index.store.uploads import Uploads
 from serve.metrics import metrics
-
-log = logging.getLogger("grounded")
 
 
 def upload_id(tenant: str, owner: str | None, file_name: str) -> str:
@@ -98,16 +95,14 @@ class UploadIngestion:
 
     def replayed(self, shard: TenantShard, tenant: str):
         """A logged upload, applied as it was when it came (kept, then ingested), in the
-        replaying thread; a refusal or failure is kept as it was the first time."""
+        replaying thread: a refusal (the file's own fault) is kept as it was the first time;
+        a failure (the embedder down, a disk) stops the replay before this entry
+        (serve/state/shard_owners.py ``replay``), never skipping it."""
 
         def ingest(file_name: str, data: bytes, access, owner: str | None = None) -> None:
             doc_id = upload_id(tenant, owner, file_name)
             Uploads(shard).store(doc_id, file_name, data, access, owner)
-            try:
-                result, _ = self.run(shard, tenant, doc_id)
-            except Exception:  # recorded on the upload, as when it first ran
-                log.warning("replaying %s for %r failed", file_name, tenant, exc_info=True)
-                return
+            result, _ = self.run(shard, tenant, doc_id)
             if result.status == "refused":
                 Uploads(shard).forget(doc_id)
 

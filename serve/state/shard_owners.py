@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +37,7 @@ from index.store.collection_types import UNSET, FileSpec
 from index.store.collections import MUTATIONS, VectorStoreCatalog, random_id
 from serve.state.database import StateConfig, open_database
 
+log = logging.getLogger("grounded")
 NOW = "CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"  # the server's clock
 MIGRATIONS = (
     """
@@ -303,11 +305,30 @@ def apply_entry(entry: LogEntry, ingest: Callable, shard) -> None:
             raise ValueError(f"unknown shard operation {entry.op!r}")
 
 
+class ReplayStoppedError(GroundedError):
+    """An entry of the tenant's log could not be applied now (the embedder unreachable, a
+    disk): the replay stopped before it, and the next request tries again from there."""
+
+    status = 503
+    type = "service_unavailable"
+    retry_after = 5
+
+
 def replay(owners: ShardOwners, tenant: str, position: Replayed, ingest: Callable, shard) -> int:
-    """Bring a local copy up to the tenant's log; the number of entries applied."""
+    """Bring a local copy up to the tenant's log; the number of entries applied. An entry
+    that fails to apply stops it there (ReplayStoppedError): the position stays before it,
+    so nothing acknowledged is ever skipped."""
     applied = 0
     for entry in owners.entries(tenant, position.get()):
-        apply_entry(entry, ingest, shard)
+        try:
+            apply_entry(entry, ingest, shard)
+        except Exception as exc:
+            log.warning("replaying tenant %r stopped at entry %d", tenant, entry.seq,
+                        exc_info=True)  # fmt: skip
+            raise ReplayStoppedError(
+                f"taking tenant {tenant!r} over stopped at its logged {entry.op} #{entry.seq} "
+                f"({type(exc).__name__}: {exc}); nothing after it was skipped: retry shortly"
+            ) from exc
         position.set(entry.seq)
         applied += 1
     return applied

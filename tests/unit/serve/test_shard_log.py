@@ -97,3 +97,45 @@ def test_a_replayed_log_rebuilds_documents_access_and_vector_stores_exactly(copi
 def test_only_changes_are_logged():
     with pytest.raises(ValueError, match="does not change the catalog"):
         catalog_entry("get_store", OPERATOR, ("vs_1",), {})
+
+
+class Log:
+    """The tenant's log as ShardOwners.entries gives it."""
+
+    def __init__(self, entries: list[LogEntry]) -> None:
+        self.logged = entries
+
+    def entries(self, tenant: str, after: int = 0):
+        return iter([e for e in self.logged if e.seq > after])
+
+
+def test_a_replay_that_cannot_apply_an_entry_stops_before_it_and_skips_nothing(tmp_path):
+    """The embedder down while a new owner replays (the replica's own ingestion of uploads,
+    serve/shards/ingestion.py): the replay stops at that upload (503, retry), its position
+    before it; the next try applies it and what follows. Before, the upload was marked
+    "ingestion failed" and skipped for good."""
+    from serve.shards.ingestion import UploadIngestion
+    from serve.state.shard_owners import Replayed, ReplayStoppedError, replay
+
+    class FlakyEmbedder(HashingEmbedder):
+        down = True
+
+        def embed_documents(self, texts):
+            if self.down:
+                raise ConnectionError("the embedder is unreachable")
+            return super().embed_documents(texts)
+
+    embedder = FlakyEmbedder()
+    service = IndexService(IndexConfig(), tmp_path, embedder=embedder).start()
+    shard = service.shard(TENANT, create=True)
+    ingest = UploadIngestion(lambda: service).replayed(shard, TENANT)
+    log = Log([logged(1, "upload", upload_entry("leave.txt"), b"Leave: 27 days."),
+               logged(2, "upload", upload_entry("pay.txt"), b"Pay day: the 25th.")])  # fmt: skip
+    position = Replayed(shard.directory)
+    with pytest.raises(ReplayStoppedError, match=r"upload #1 .*the embedder is unreachable"):
+        replay(log, TENANT, position, ingest, shard)
+    assert position.get() == 0 and shard.list_documents() == []
+    embedder.down = False
+    assert replay(log, TENANT, position, ingest, shard) == 2
+    assert sorted(d.file_name for d in shard.list_documents()) == ["leave.txt", "pay.txt"]
+    service.close()
