@@ -212,6 +212,7 @@ class IngestPipeline:
             LOADER_VERSION,
             access,
             source.owner,
+            keep_access=source.access == KEEP,
         )
 
     def _write(self, pending: list[PreparedDocument]) -> list[IngestResult]:

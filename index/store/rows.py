@@ -55,6 +55,7 @@ class PreparedDocument:
     loader_version: str = ""  # the loaders' version that read ``document`` from the bytes
     access: tuple[str, ...] | None = None  # who may read it (index/access.py); None: the tenant
     owner: str | None = None  # who created it (index/access.py); kept by later versions
+    keep_access: bool = False  # a new version that keeps the stored list (as it is at commit)
 
 
 class StoredVersion(NamedTuple):
@@ -83,15 +84,15 @@ DOC_COLUMNS = (
 )
 
 
-# A replaced document keeps its row (and created_at); everything else is rewritten.
-REPLACED_COLUMNS = ", ".join(
-    f"{column} = excluded.{column}"
-    for column in (
-        "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
-        "byte_count", "page_count", "attributes", "updated_at", "flags", "loader_version",
-        "access",
-    )
+# A replaced document keeps its row (and created_at); everything else is rewritten, its
+# access list too unless the new version keeps it (then the list stored when the write commits
+# stays: a change made while the version was embedded is not undone).
+REPLACED = (
+    "source", "file_name", "media_type", "content_hash", "version", "text", "blocks",
+    "byte_count", "page_count", "attributes", "updated_at", "flags", "loader_version",
 )  # fmt: skip
+REPLACED_COLUMNS = ", ".join(f"{column} = excluded.{column}" for column in (*REPLACED, "access"))
+KEPT_ACCESS_COLUMNS = ", ".join(f"{column} = excluded.{column}" for column in REPLACED)
 
 
 def read_manifest(directory: Path) -> Manifest | None:
@@ -216,7 +217,8 @@ def insert_document(
         " text, blocks, byte_count, page_count, attributes, created_at, updated_at, flags,"
         " loader_version, access, owner)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        f" ON CONFLICT(doc_id) DO UPDATE SET {REPLACED_COLUMNS}",
+        " ON CONFLICT(doc_id) DO UPDATE SET "
+        + (KEPT_ACCESS_COLUMNS if item.keep_access else REPLACED_COLUMNS),
         (
             item.doc_id,
             item.source,

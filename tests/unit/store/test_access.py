@@ -129,3 +129,34 @@ def test_an_asker_who_may_read_nothing_gets_no_dense_hits(tmp_path):
         assert shard.search_dense(vectors[:1], 5, doc_ids=[], model_id=None) == []
     finally:
         shard.close()
+
+
+def test_an_access_change_made_while_a_new_version_is_embedded_is_not_undone(tmp_path):
+    """A new version uploaded without an access field keeps the list stored when it is
+    written, not the one read when it was prepared: an access change that commits while the
+    version is embedded stands, as a replay of the log (upload, then the change) gives it.
+    Before, the new version wrote the old list back."""
+    from index.config import IndexConfig
+    from index.service import IndexService
+    from index.testing import HashingEmbedder
+
+    class ChangedMeanwhile(HashingEmbedder):
+        """Embeds; the first time after ``arm``, an access change commits meanwhile."""
+
+        change = None
+
+        def embed_documents(self, texts):
+            if self.change is not None:
+                change, self.change = self.change, None
+                change()
+            return super().embed_documents(texts)
+
+    embedder = ChangedMeanwhile()
+    service = IndexService(IndexConfig(), tmp_path, embedder=embedder).start()
+    shard = service.shard("acme", create=True)
+    first = ingest(service, "acme", "salaries.txt", SALARY, HR)
+    embedder.change = lambda: shard.set_access(first.doc_id, ("group:finance",))
+    again = ingest(service, "acme", "salaries.txt", SALARY + b" Reviewed in May.")  # KEEP
+    assert again.status == "replaced" and embedder.change is None
+    assert shard.get_document(first.doc_id).access == ("group:finance",)
+    service.close()
