@@ -142,26 +142,31 @@ class ShardHost:
         loads it, so it draws none of the tenant's requests. The index service starts
         before (its first start is slow)."""
         await self._service()
-
-        async def replay_into(shard: TenantShard) -> int:
-            position, ingest = Replayed(shard.directory), self.uploads.replayed(shard, tenant)
-            return await asyncio.to_thread(
-                replay, self.ownership.owners, tenant, position, ingest, shard
-            )
-
-        shard = await self.ownership.take(tenant, lambda: self.get_shard(tenant), replay_into,
-                                          lambda t: t in self.loaded)  # fmt: skip
+        shard = await self.ownership.take(
+            tenant, lambda: self.get_shard(tenant), lambda s: self._replay_into(s, tenant),
+            lambda t: t in self.loaded,
+        )  # fmt: skip
         await self.uploads.resume(shard, tenant)
         return shard
+
+    async def _replay_into(self, shard: TenantShard, tenant: str) -> int:
+        """The tenant's logged writes this node's copy has not applied, applied (how many)."""
+        position, ingest = Replayed(shard.directory), self.uploads.replayed(shard, tenant)
+        return await asyncio.to_thread(
+            replay, self.ownership.owners, tenant, position, ingest, shard
+        )
 
     @contextlib.asynccontextmanager
     async def _write(self, shard: TenantShard, tenant: str, op: str, meta: dict, data=None):
         """One write to the tenant's shard: logged first (several nodes), then applied by
-        the body, then its log position recorded; one at a time per tenant."""
+        the body, then its log position recorded; one at a time per tenant. The copy is
+        brought up to the log first: an append whose outcome its writer never learned (the
+        COMMIT's reply lost: a 503 to its client) is applied here too, as any replay would."""
         if self.ownership is None:
             yield
             return
         async with self.ownership.lock(tenant):
+            await self._replay_into(shard, tenant)
             seq = await self.ownership.logged(tenant, op, meta, data)
             try:
                 yield

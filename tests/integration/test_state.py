@@ -499,3 +499,51 @@ def test_an_append_committing_during_a_takeover_is_seen_by_the_new_owners_replay
         proxy.close()
         old.close()
         new.close()
+
+
+def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(postgres, tmp_path):
+    """The server commits an access change and the reply is lost (the proxy of tests/faults.py
+    cuts the link as the COMMIT's reply comes back): its client gets a 503, the entry is in
+    the log, the owner never applied it. The owner's next write brings its copy up to the log
+    first, so the owner, and any replica that replays the log, agree. Before, the owner's
+    next write moved its position past the entry: the owner kept the old list."""
+    import asyncio
+
+    from index.access import OPERATOR
+    from index.config import IndexConfig
+    from index.service import IndexService
+    from index.testing import HashingEmbedder
+    from serve.config import load_config
+    from serve.shards.host import ShardHost
+    from serve.state.database import StateUnavailableError
+    from tests.faults import FreezingProxy
+
+    class At:
+        def node(self) -> str:
+            return "a"
+
+        def holder(self) -> str:
+            return "replica-a"
+
+    proxy = FreezingProxy(("127.0.0.1", postgres.port))
+    config = load_config(None, data_dir=str(tmp_path), state={
+        "url": postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/")})  # fmt: skip
+    start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
+    host, tenant = ShardHost(config, start, At()), "unknown-outcome"
+
+    async def scenario():
+        first, _ = await host.upload(tenant, OPERATOR, "leave.txt", b"Leave: 27 days.", 30)
+        proxy.cut_on_reply(b"COMMIT\x00", after=b"INSERT INTO shard_log")
+        with pytest.raises(StateUnavailableError, match="lost the state database"):
+            await host.set_access(tenant, OPERATOR, first.doc_id, ("group:hr",))
+        assert (await host.file(tenant, OPERATOR, first.doc_id)).access is None  # not applied
+        await host.upload(tenant, OPERATOR, "pay.txt", b"Pay day: the 25th.", 30)
+        assert (await host.file(tenant, OPERATOR, first.doc_id)).access == ("group:hr",)
+        host.ownership.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.close()
+        if host.service is not None:
+            host.service.close()
