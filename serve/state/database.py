@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -76,6 +76,7 @@ class StateConfig(BaseModel):
             )
         if not parts.path.strip("/"):
             raise ValueError("url names no database: end it with /<database>, e.g. /grounded")
+        tls_context(parts.query)  # an unknown sslmode, or a CA file that is not there
         return value
 
 
@@ -200,6 +201,37 @@ class _PgConnection:
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def tls_context(query: str):
+    """TLS to the server as the URL's ``sslmode`` asks (libpq's names): ``disable``, none;
+    ``allow``/``prefer`` (the default), TLS when the server offers it, unverified; ``require``,
+    TLS or no connection, unverified; ``verify-ca``, the server's certificate checked against
+    ``sslrootcert`` (else the system's authorities); ``verify-full``, that and the host name.
+    Returns what pg8000's ``ssl_context`` takes."""
+    import ssl
+
+    given = {k: v[-1] for k, v in parse_qs(query).items()}
+    mode = given.get("sslmode", "prefer")
+    if mode not in SSLMODES:
+        raise ValueError(f"sslmode={mode!r} in the state url: use one of {', '.join(SSLMODES)}")
+    if mode == "disable":
+        return False
+    if mode in ("allow", "prefer"):
+        return None
+    if mode == "require":
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        return context
+    root = given.get("sslrootcert")
+    if root is not None and not Path(root).is_file():
+        raise ValueError(f"sslrootcert={root!r} in the state url: no such file")
+    context = ssl.create_default_context(cafile=root)
+    context.check_hostname = mode == "verify-full"
+    return context
+
+
 def server_settings(config: StateConfig) -> dict[str, str]:
     """The session settings every connection sets: the server's own timeouts."""
     return {
@@ -275,6 +307,7 @@ class PostgresDatabase:
                 database=unquote(parts.path.lstrip("/")),
                 timeout=self.timeout_s,
                 application_name="grounded",
+                ssl_context=tls_context(parts.query),
             )
         except Exception as exc:  # pg8000 raises InterfaceError, OSError or its own errors
             raise StateUnavailableError(

@@ -547,3 +547,93 @@ def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(post
         proxy.close()
         if host.service is not None:
             host.service.close()
+
+
+def _certificates(folder, name: str):
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca.pem, cert, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject, issuer, key, signer, *, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca, None), critical=True))  # fmt: skip
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)  # fmt: skip
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
+    ca = certificate(ca_name, ca_name, ca_key, ca_key, ca=True)
+    server = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    cert = certificate(server, ca_name, key, ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    files = {f"{name}-ca.pem": ca.public_bytes(pem), f"{name}.crt": cert.public_bytes(pem),
+             f"{name}.key": key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption())}  # fmt: skip
+    for file_name, data in files.items():
+        (folder / file_name).write_bytes(data)
+    return tuple(folder / f for f in files)
+
+
+def test_tls_to_the_state_server_follows_the_urls_sslmode(postgres, tmp_path):
+    """sslmode (libpq's names) in state.url: verify-full checks the server's certificate
+    against sslrootcert and its name; disable connects in clear; a certificate from another
+    authority is refused; an unknown sslmode is a configuration error. Before, the URL's
+    query was ignored (TLS only when the server offered it, never verified)."""
+    import os
+    import shutil
+
+    from pydantic import ValidationError
+
+    from serve.state.database import StateUnavailableError, open_database
+
+    ca, cert, key = _certificates(postgres.root, "server")
+    other_ca, _, _ = _certificates(tmp_path, "other")
+    for path in (cert, key):
+        if os.geteuid() == 0:
+            shutil.chown(path, "postgres", "postgres")
+        path.chmod(0o600)
+    admin = open_database(StateConfig(url=postgres.url), tmp_path, "tls_admin", ())
+
+    def server(*statements: str) -> None:
+        with admin.transaction() as db:
+            db.execute("COMMIT")  # ALTER SYSTEM runs outside a transaction block
+            for statement in statements:
+                db.execute(statement)
+            db.execute("BEGIN")
+
+    def uses_tls(query: str) -> bool:
+        db = open_database(StateConfig(url=f"{postgres.url}?{query}"), tmp_path, "tls", ())
+        try:
+            with db.read() as cursor:
+                mine = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+                return cursor.execute(mine).fetchone()[0]
+        finally:
+            db.close()
+
+    server(f"ALTER SYSTEM SET ssl_cert_file = '{cert}'", f"ALTER SYSTEM SET ssl_key_file = '{key}'",
+           "ALTER SYSTEM SET ssl = on", "SELECT pg_reload_conf()")  # fmt: skip
+    try:
+        time.sleep(0.5)  # the server reloads its configuration
+        assert uses_tls(f"sslmode=verify-full&sslrootcert={ca}") is True
+        assert uses_tls("sslmode=require") is True
+        assert uses_tls("sslmode=disable") is False
+        with pytest.raises(StateUnavailableError, match="certificate verify failed"):
+            uses_tls(f"sslmode=verify-full&sslrootcert={other_ca}")
+        with pytest.raises(ValidationError, match="sslmode='sometimes'"):
+            StateConfig(url=f"{postgres.url}?sslmode=sometimes")
+    finally:
+        server("ALTER SYSTEM RESET ssl", "ALTER SYSTEM RESET ssl_cert_file",
+               "ALTER SYSTEM RESET ssl_key_file", "SELECT pg_reload_conf()")  # fmt: skip
+        admin.close()
