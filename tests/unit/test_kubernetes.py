@@ -176,6 +176,14 @@ def test_the_appliance_gets_what_it_needs():
         assert "ephemeral" in volumes["data"]  # each pod's own disk: its node's shards
         assert volumes["models"]["persistentVolumeClaim"]["readOnly"] is True
         assert template["metadata"]["annotations"]["prometheus.io/port"] == "8080"
-    [secret] = [m for m in manifests() if m["kind"] == "Secret"]
-    assert secret["metadata"]["name"] == "grounded-state"
-    assert secret["stringData"]["url"].startswith("postgresql://")
+    readme = (FOLDER / "README.md").read_text()
+    assert "create secret generic grounded-state" in readme and "openssl rand" in readme
+
+
+def test_no_secret_is_committed():
+    """The state's password is the operator's to create (README.md there): no Secret object,
+    no literal password in any manifest."""
+    assert [m["metadata"]["name"] for m in manifests() if m["kind"] == "Secret"] == []
+    for path in FOLDER.glob("*.yaml"):
+        text = path.read_text()
+        assert "change-me" not in text and "postgresql://grounded:" not in text, path.name
