@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Collection
 
 from index.access import Reader
-from index.errors import PermissionDeniedError
+from index.errors import InvalidRequestError, PermissionDeniedError
 from index.store.collection_types import (
     DAY,
     FILE_STATUSES,
@@ -17,6 +17,7 @@ from index.store.collection_types import (
     FileError,
     FileSpec,
     VectorStoreFileRecord,
+    VectorStoreNotFoundError,
     VectorStoreRecord,
     file_not_found,
     store_not_found,
@@ -160,3 +161,45 @@ def require_writable(db: sqlite3.Connection, reader: Reader, store_id: str) -> N
             f"vector store {store_id!r} belongs to {row[0] or 'the operator'}: only its "
             "owner or an admin may change it; create a vector store of your own"
         )
+
+
+IDEMPOTENCY_S = 86_400  # how long a create's Idempotency-Key is remembered (OpenAI's: a day)
+
+
+def created_before(db: sqlite3.Connection, owner: str, key: str | None, now: int) -> str | None:
+    """The id of what ``owner``'s create with Idempotency-Key ``key`` made within a day, if
+    any: a retried create answers with it instead of making another."""
+    if key is None:
+        return None
+    if len(key) > 255:
+        raise InvalidRequestError(
+            "Idempotency-Key: at most 255 characters", param="idempotency_key"
+        )
+    row = db.execute(
+        "SELECT object_id FROM idempotent_creates WHERE owner = ? AND key = ? AND created_at > ?",
+        (owner, key, now - IDEMPOTENCY_S),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def remember_created(
+    db: sqlite3.Connection, owner: str, key: str | None, object_id: str, now: int
+) -> None:
+    if key is None:
+        return
+    db.execute("DELETE FROM idempotent_creates WHERE created_at <= ?", (now - IDEMPOTENCY_S,))
+    db.execute("INSERT OR REPLACE INTO idempotent_creates VALUES (?, ?, ?, ?)",
+               (owner, key, object_id, now))  # fmt: skip
+
+
+def require_batch(db: sqlite3.Connection, store_id: str, batch_id: str) -> tuple:
+    """(created_at, status) of a batch of the store, or 404."""
+    row = db.execute(
+        "SELECT created_at, status FROM vector_store_batches WHERE id = ? AND store_id = ?",
+        (batch_id, store_id),
+    ).fetchone()
+    if row is None:
+        raise VectorStoreNotFoundError(
+            f"no file batch {batch_id!r} in vector store {store_id!r}", param="batch_id"
+        )
+    return row

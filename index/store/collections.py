@@ -29,6 +29,7 @@ from index.access import Reader
 from index.errors import DocumentNotFoundError, InvalidRequestError
 from index.store.collection_rows import (
     FILE_JOIN,
+    created_before,
     dump,
     expiry_time,
     file_counts,
@@ -36,6 +37,8 @@ from index.store.collection_rows import (
     file_states,
     placeholders,
     readable_member,
+    remember_created,
+    require_batch,
     require_writable,
     store_record,
 )
@@ -46,7 +49,6 @@ from index.store.collection_types import (
     FileSpec,
     Unset,
     VectorStoreFileRecord,
-    VectorStoreNotFoundError,
     VectorStoreRecord,
     file_not_found,
     store_not_found,
@@ -107,12 +109,17 @@ class VectorStoreCatalog:
         file_ids: Sequence[FileRef] = (),
         attributes: Mapping[str, str | float | bool] | None = None,
         chunking_strategy: Mapping | None = None,
+        request_key: str | None = None,
     ) -> VectorStoreRecord:
-        """A new store, with ``file_ids`` attached in the same transaction (all or nothing)."""
+        """A new store, with ``file_ids`` attached in the same transaction (all or nothing);
+        ``request_key`` (a client's Idempotency-Key): a retry returns the first one's store."""
         name, meta = validate_name(name or ""), validate_metadata(metadata)
         expiry, now = validate_expiry(expires_after), self._now()
         with self._write() as db:
+            if made := created_before(db, self.reader.identity, request_key, now):
+                return self._store(db, made)
             store_id = self._new_id("vs_")
+            remember_created(db, self.reader.identity, request_key, store_id, now)
             db.execute(
                 "INSERT INTO vector_stores(id, name, metadata, expires_after, created_at,"
                 " last_active_at, owner) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -216,7 +223,7 @@ class VectorStoreCatalog:
             self._require_usable(db, store_id, now)
             require_writable(db, self.reader, store_id)
             if batch_id is not None:
-                self._require_batch(db, store_id, batch_id)
+                require_batch(db, store_id, batch_id)
             ids = self._attach(db, store_id, doc_ids, attributes, chunking_strategy, batch_id, now)
             db.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (now, store_id))
             return [file_record(db, self.reader, store_id, doc_id) for doc_id in ids]
@@ -227,13 +234,18 @@ class VectorStoreCatalog:
         doc_ids: Sequence[FileRef],
         attributes: Mapping[str, str | float | bool] | None = None,
         chunking_strategy: Mapping | None = None,
+        request_key: str | None = None,
     ) -> FileBatchRecord:
-        """A file batch: its files attached in one transaction (all or nothing)."""
+        """A file batch: its files attached in one transaction (all or nothing);
+        ``request_key`` as for ``create_store``."""
         now = self._now()
         with self._write() as db:
             self._require_usable(db, store_id, now)
             require_writable(db, self.reader, store_id)
+            if made := created_before(db, self.reader.identity, request_key, now):
+                return self._batch(db, store_id, made)
             batch_id = self._new_id("vsfb_")
+            remember_created(db, self.reader.identity, request_key, batch_id, now)
             db.execute(
                 "INSERT INTO vector_store_batches(id, store_id, created_at, status)"
                 " VALUES (?, ?, ?, 'completed')",
@@ -266,7 +278,7 @@ class VectorStoreCatalog:
         with self._read() as db:
             self._require_store(db, store_id)
             if batch_id is not None:
-                self._require_batch(db, store_id, batch_id)
+                require_batch(db, store_id, batch_id)
 
             readable, readable_params = readable_member(self.reader)
             members = f"FROM vector_store_files f {FILE_JOIN} WHERE f.store_id = ? AND {readable}"
@@ -426,23 +438,12 @@ class VectorStoreCatalog:
                 param="vector_store_id",
             )
 
-    def _require_batch(self, db: sqlite3.Connection, store_id: str, batch_id: str) -> tuple:
-        row = db.execute(
-            "SELECT created_at, status FROM vector_store_batches WHERE id = ? AND store_id = ?",
-            (batch_id, store_id),
-        ).fetchone()
-        if row is None:
-            raise VectorStoreNotFoundError(
-                f"no file batch {batch_id!r} in vector store {store_id!r}", param="batch_id"
-            )
-        return row
-
     def _store(self, db: sqlite3.Connection, store_id: str) -> VectorStoreRecord:
         return store_record(db, self.reader, store_id, self._now())
 
     def _batch(self, db: sqlite3.Connection, store_id: str, batch_id: str) -> FileBatchRecord:
         self._require_store(db, store_id)
-        created_at, status = self._require_batch(db, store_id, batch_id)
+        created_at, status = require_batch(db, store_id, batch_id)
         counts, _ = file_counts(db, self.reader, "f.batch_id = ?", batch_id)
         if status == "completed" and counts.in_progress:  # its files are still being ingested
             status = "in_progress"

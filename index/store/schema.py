@@ -107,6 +107,15 @@ CREATE TABLE IF NOT EXISTS vector_store_files (
     PRIMARY KEY (store_id, doc_id)
 );
 CREATE INDEX IF NOT EXISTS vector_store_files_by_doc ON vector_store_files(doc_id);
+-- Creates sent with an Idempotency-Key (a client's retry): what the first one made, per owner,
+-- kept a day (index/store/collection_rows.py).
+CREATE TABLE IF NOT EXISTS idempotent_creates (
+    owner      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    object_id  TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (owner, key)
+);
 CREATE INDEX IF NOT EXISTS vector_store_files_by_batch ON vector_store_files(batch_id);
 CREATE INDEX IF NOT EXISTS vector_store_batches_by_store ON vector_store_batches(store_id);
 """

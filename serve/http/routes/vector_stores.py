@@ -138,6 +138,7 @@ async def create_store(request: Request, caller: Ingesting, body: StoreCreate) -
         request, caller, Catalog.create_store, name=body.name, metadata=body.metadata,
         expires_after=body.expires_after, file_ids=body.file_ids,
         chunking_strategy=_chunking(request, body.chunking_strategy),
+        request_key=request.headers.get("idempotency-key"),
     )  # fmt: skip
     return _object(record, "vector_store", request)
 
@@ -303,6 +304,7 @@ async def create_batch(
     record = await catalog(
         request, caller, Catalog.create_batch, store_id, files, attributes=body.attributes,
         chunking_strategy=_chunking(request, body.chunking_strategy),
+        request_key=request.headers.get("idempotency-key"),
     )  # fmt: skip
     return _object(record, "vector_store.files_batch", request)
 

@@ -370,3 +370,27 @@ def test_every_read_of_a_restricted_document_is_in_the_audit_trail(hr, tmp_path)
     trail = AuditLog(tmp_path / "data", AuditConfig()).entries(user="hana", document=salaries)
     endpoints = [entry["endpoint"] for entry in trail]
     assert endpoints == ["responses", *reads], endpoints
+
+
+def test_a_retried_create_with_its_idempotency_key_makes_nothing_twice(hr):
+    """openai clients resend a create with the same Idempotency-Key when its answer was lost:
+    the first one's vector store (or batch) answers again; another key, or another identity
+    with the same key, makes its own."""
+    client, secrets, salaries = hr
+    editor, eng = auth(secrets["acme-hr-editor"]), auth(secrets["acme-eng"])
+
+    def create(headers, key, body):
+        return client.post("/v1/vector_stores", headers={**headers, "idempotency-key": key},
+                           json=body).json()["id"]  # fmt: skip
+
+    first = create(editor, "k-1", {"name": "hr", "file_ids": [salaries]})
+    assert create(editor, "k-1", {"name": "hr", "file_ids": [salaries]}) == first
+    other_key = create(editor, "k-2", {"name": "hr"})
+    other_identity = create(eng, "k-1", {"name": "mine"})
+    assert len({first, other_key, other_identity}) == 3
+    listed = [s["id"] for s in client.get("/v1/vector_stores", headers=editor).json()["data"]]
+    assert sorted(listed) == sorted([first, other_key, other_identity])
+    path, again = f"/v1/vector_stores/{first}/file_batches", {**editor, "idempotency-key": "b-1"}
+    batches = {client.post(path, headers=again, json={"file_ids": [salaries]}).json()["id"]
+               for _ in range(2)}  # fmt: skip
+    assert len(batches) == 1
