@@ -66,6 +66,26 @@ class Metrics:
             "grounded_shard_chunks", "Chunks in each loaded tenant shard.", ("tenant",)
         )
         self.shards_loaded = Gauge("grounded_shards_loaded", "Tenant shards open in a replica.")
+        self.shard_leases = Gauge(
+            "grounded_shard_leases", "Tenant shards a Shards replica owns (several nodes)."
+        )
+        self.lease_renewals = Counter(
+            "grounded_shard_lease_renewals_total",
+            "Lease renewals by outcome: renewed; failed (the state server erred: the local "
+            "deadline decides); lost (taken over, or run out on the server); expired (the local "
+            "deadline passed before a renewal succeeded).",
+            ("outcome",),
+        )
+        self.takeovers = Counter(
+            "grounded_shard_takeovers_total", "Tenant shards owned after taking their lease."
+        )
+        self.replayed_entries = Counter(
+            "grounded_shard_replayed_entries_total", "Log entries applied to a node's copy."
+        )
+        self.replay_seconds = Histogram(
+            "grounded_shard_replay_seconds", "Bringing a copy up to the log when taking it over.",
+            boundaries=STAGE_BUCKETS,
+        )  # fmt: skip
         self.tenant_requests = Counter(
             "grounded_tenant_requests_total",
             "Chat requests per tenant and key by outcome (answered, abstained, cancelled, "

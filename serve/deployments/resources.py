@@ -91,6 +91,10 @@ def deployment_options(
         "ray_actor_options": actor,
         **extra,
     }
+    if name == "shards" and config.state.url:
+        # Several nodes: a node's copies live in one folder per node (serve/shards/host.py),
+        # which two replicas on the node would share.
+        result["max_replicas_per_node"] = 1
     devices = engine_devices(generator) if generator is not None else 1
     if devices > 1:
         actor["num_gpus"] = 0

@@ -61,6 +61,13 @@ class Shards:
 
         return call
 
+    def check_health(self) -> None:
+        """Serve asks every few seconds; a replica that holds leases without renewing them is
+        restarted (its tenants' next requests take them over)."""
+        ownership = self.host.ownership
+        if ownership is not None and not ownership.healthy():
+            raise RuntimeError("this replica holds tenant leases but no longer renews them")
+
     async def placement(self) -> dict[str, Any]:
         """Where the calling tenant's shard is served: this replica's Ray node and the tenants
         it holds open (for operators and the multi-node test)."""

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from index.errors import GroundedError
 from index.store.shard import TenantShard
+from serve.metrics import metrics
 from serve.state.shard_owners import LeaseLostError, ShardLease, ShardOwners
 
 log = logging.getLogger("grounded")
@@ -73,7 +74,18 @@ class Ownership:
             return True
         log.warning("lease on tenant %r not renewed in time: no longer served here", tenant)
         self.held.pop(tenant, None)
+        self._count("expired")
         return False
+
+    def healthy(self) -> bool:
+        """Renewals run whenever a lease is held (a replica without them is restarted)."""
+        return not self.held or (self._renewing is not None and not self._renewing.done())
+
+    def _count(self, outcome: str | None = None) -> None:
+        m = metrics()
+        if outcome is not None:
+            m.lease_renewals.inc(tags={"outcome": outcome})
+        m.shard_leases.set(len(self.held))
 
     def _deadline(self, asked_at: float) -> float:
         return asked_at + self.owners.lease_s * (1 - DRIFT)
@@ -108,10 +120,16 @@ class Ownership:
             with contextlib.suppress(GroundedError):
                 await asyncio.to_thread(self.owners.release, lease)
             raise
+        replayed_s = time.perf_counter() - started
         if applied:
             log.info("took tenant %r over: %d logged writes replayed in %.1f s", tenant, applied,
-                     time.perf_counter() - started)  # fmt: skip
+                     replayed_s)  # fmt: skip
         self.held[tenant] = Held(lease, self._deadline(asked))
+        m = metrics()
+        m.takeovers.inc()
+        m.add(m.replayed_entries, applied)
+        m.replay_seconds.observe(replayed_s)
+        self._count()
         if self._renewing is None or self._renewing.done():
             self._renewing = asyncio.get_running_loop().create_task(self._renew(loaded))
         return shard
@@ -129,11 +147,14 @@ class Ownership:
                 except LeaseLostError as exc:
                     log.warning("lease on tenant %r lost: %s", tenant, exc)
                     self.held.pop(tenant, None)
+                    self._count("lost")
                 except Exception as exc:  # the deadline decides (StateUnavailableError, ...)
                     log.warning("renewing the lease on tenant %r failed: %s", tenant, exc)
+                    self._count("failed")
                 else:
                     if self.held.get(tenant) is held:
                         self.held[tenant] = Held(lease, self._deadline(asked))
+                    self._count("renewed")
 
     async def logged(self, tenant: str, op: str, meta: dict, data: bytes | None = None) -> int:
         """Log a write on the state server before it is applied, fenced twice: this host's

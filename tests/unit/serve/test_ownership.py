@@ -109,3 +109,56 @@ def test_renewals_survive_any_failure_and_the_deadline_decides():
         ownership.stop()
 
     asyncio.run(scenario())
+
+
+class Recorded:
+    """serve/metrics.py's series as a list of (series, value, tags)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def __getattr__(self, series: str):
+        seen = self.seen
+
+        class Series:
+            def inc(self, value=1, tags=None):
+                seen.append((series, value, tags))
+
+            def set(self, value, tags=None):
+                seen.append((series, value, tags))
+
+            def observe(self, value, tags=None):
+                seen.append((series, "observed", tags))
+
+        return Series()
+
+    def add(self, counter, value, tags=None):
+        if value > 0:
+            counter.inc(value, tags)
+
+
+def test_renewals_takeovers_and_health_are_visible(monkeypatch):
+    import serve.shards.ownership as ownership_module
+
+    recorded = Recorded()
+    monkeypatch.setattr(ownership_module, "metrics", lambda: recorded)
+    clock, owners = Clock(), Owners()
+    ownership = Ownership(owners, Here(), clock)
+
+    async def scenario():
+        await taken(ownership)
+        assert ownership.healthy()
+        await asyncio.sleep(0.025)  # a renewal or two
+        owners.fail = LeaseLostError("taken over")
+        await asyncio.sleep(0.03)
+        owners.fail = None
+        await taken(ownership)
+        ownership.stop()
+        await asyncio.sleep(0)
+        assert not ownership.healthy()  # a lease held, no renewals: Serve restarts it
+
+    asyncio.run(scenario())
+    outcomes = [tags["outcome"] for series, _, tags in recorded.seen if series == "lease_renewals"]
+    assert outcomes[0] == "renewed" and "lost" in outcomes
+    assert [s for s, *_ in recorded.seen].count("takeovers") == 2
+    assert ("shard_leases", 0, None) in recorded.seen and ("shard_leases", 1, None) in recorded.seen

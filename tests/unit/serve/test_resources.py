@@ -145,3 +145,15 @@ def test_an_extra_embedder_on_cuda_also_needs_the_embedders_gpu_request():
         gpu_config(index={"embedder": cpu_default}, serve=serve)
     on_cpu = {"multilingual": {"model": "multilingual-e5-small", "device": "cpu"}}
     assert gpu_config(index={"embedder": cpu_default, "embedders": on_cpu}, serve=serve)
+
+
+def test_with_several_nodes_each_node_holds_one_shards_replica():
+    """Each node keeps its tenants' copies in one folder (<data_dir>/nodes/<node>): two Shards
+    replicas on a node would write the same files."""
+    from serve.config import load_config
+
+    one_node = load_config(None)
+    several = load_config(None, state={"url": "postgresql://grounded@db:5432/grounded"})
+    assert "max_replicas_per_node" not in deployment_options(one_node, "shards")
+    assert deployment_options(several, "shards")["max_replicas_per_node"] == 1
+    assert "max_replicas_per_node" not in deployment_options(several, "embedder")
