@@ -135,25 +135,28 @@ class Ownership:
         return shard
 
     async def _renew(self, loaded: Callable[[str], bool]) -> None:
+        """Every third of a lease, all of this host's leases in one statement."""
         while self.held:
             await asyncio.sleep(self.owners.lease_s / 3)
-            for tenant, held in list(self.held.items()):
-                if not loaded(tenant):  # evicted: left to run out for the next owner
-                    self.held.pop(tenant, None)
-                    continue
-                asked = self.clock()
-                try:
-                    lease = await asyncio.to_thread(self.owners.renew, held.lease)
-                except LeaseLostError as exc:
-                    log.warning("lease on tenant %r lost: %s", tenant, exc)
-                    self.held.pop(tenant, None)
+            for tenant in [t for t in self.held if not loaded(t)]:  # evicted: left to run out
+                self.held.pop(tenant, None)
+            held, asked = dict(self.held), self.clock()
+            try:
+                renewed = await asyncio.to_thread(
+                    self.owners.renew_all, [h.lease for h in held.values()]
+                )
+            except Exception as exc:  # the deadlines decide (StateUnavailableError, ...)
+                log.warning("renewing %d tenant leases failed: %s", len(held), exc)
+                self._count("failed")
+                continue
+            for tenant, was in held.items():
+                if tenant not in renewed:
+                    log.warning("lease on tenant %r lost (run out, or taken over)", tenant)
+                    if self.held.get(tenant) is was:
+                        self.held.pop(tenant, None)
                     self._count("lost")
-                except Exception as exc:  # the deadline decides (StateUnavailableError, ...)
-                    log.warning("renewing the lease on tenant %r failed: %s", tenant, exc)
-                    self._count("failed")
-                else:
-                    if self.held.get(tenant) is held:
-                        self.held[tenant] = Held(lease, self._deadline(asked))
+                elif self.held.get(tenant) is was:
+                    self.held[tenant] = Held(renewed[tenant], self._deadline(asked))
                     self._count("renewed")
 
     async def logged(self, tenant: str, op: str, meta: dict, data: bytes | None = None) -> int:

@@ -100,9 +100,13 @@ class ShardOwners:
             raise ValueError("shard owners need the state server (state.url)")
         self.lease_s = lease_s
         self.db = open_database(state, Path("."), "shards", MIGRATIONS)
+        # Renewals on a connection of their own: a long append (an upload's bytes) never
+        # holds them up past a lease.
+        self.renewals = open_database(state, Path("."), "shards", MIGRATIONS)
 
     def close(self) -> None:
         self.db.close()
+        self.renewals.close()
 
     def acquire(self, tenant: str, holder: str, node: str) -> ShardLease:
         """Own ``tenant``'s shard (or renew an own lease); ShardOwnedElsewhereError while
@@ -141,6 +145,26 @@ class ShardOwners:
         if row is None:
             raise self._lost(lease)
         return ShardLease(lease.tenant, lease.holder, lease.node, lease.token, row[0])
+
+    def renew_all(self, leases: list[ShardLease]) -> dict[str, ShardLease]:
+        """Every lease of one holder renewed in one statement: the renewed ones by tenant;
+        a lease missing from the answer ended or changed hands (LeaseLostError's case)."""
+        if not leases:
+            return {}
+        holder = leases[0].holder
+        if any(lease.holder != holder for lease in leases):
+            raise ValueError("renew_all renews one holder's leases")
+        with self.renewals.transaction() as db:
+            rows = db.execute(
+                f"UPDATE shard_owners SET expires = {NOW} + ? WHERE holder = ? "
+                f"AND expires > {NOW} AND (tenant, token) IN (SELECT * FROM unnest("
+                "CAST(? AS TEXT[]), CAST(? AS BIGINT[]))) RETURNING tenant, token, expires",
+                (self.lease_s, holder, [lease.tenant for lease in leases],
+                 [lease.token for lease in leases]),
+            ).fetchall()  # fmt: skip
+        by_tenant = {lease.tenant: lease for lease in leases}
+        return {tenant: ShardLease(tenant, holder, by_tenant[tenant].node, token, expires)
+                for tenant, token, expires in rows}  # fmt: skip
 
     def release(self, lease: ShardLease) -> None:
         """Give the shard up (its next owner need not wait for the lease to run out). The row

@@ -637,3 +637,23 @@ def test_tls_to_the_state_server_follows_the_urls_sslmode(postgres, tmp_path):
         server("ALTER SYSTEM RESET ssl", "ALTER SYSTEM RESET ssl_cert_file",
                "ALTER SYSTEM RESET ssl_key_file", "SELECT pg_reload_conf()")  # fmt: skip
         admin.close()
+
+
+def test_one_statement_renews_a_holders_leases_and_leaves_out_those_it_lost(postgres):
+    """renew_all: every lease of a replica renewed at once (on its own connection); one taken
+    over since is missing from the answer, its new owner's lease untouched; one run out is
+    missing too (it must be taken again, with a replay)."""
+    from serve.state.shard_owners import ShardOwners
+
+    owners = ShardOwners(StateConfig(url=postgres.url), lease_s=5.0)
+    mine = [owners.acquire(t, "replica-a", "node-a") for t in ("renew-1", "renew-2", "renew-3")]
+    owners.release(mine[1])  # given up; another replica takes it over
+    taken = owners.acquire("renew-2", "replica-b", "node-b")
+    with owners.db.transaction() as db:  # the third ran out on the server's clock
+        db.execute("UPDATE shard_owners SET expires = 0 WHERE tenant = 'renew-3'")
+    renewed = owners.renew_all(mine)
+    assert sorted(renewed) == ["renew-1"]
+    assert renewed["renew-1"].token == mine[0].token
+    assert renewed["renew-1"].expires > mine[0].expires
+    assert owners.renew(taken).holder == "replica-b"  # the new owner's lease stands
+    owners.close()

@@ -107,6 +107,9 @@ class Owners:
     def release(self, lease: ShardLease) -> None:
         self.events.append("release")
 
+    def renew_all(self, leases: list[ShardLease]) -> dict[str, ShardLease]:
+        return {lease.tenant: self.renew(lease) for lease in leases}
+
 
 class Placement:
     """Where the replica runs: node n1, replica r1."""
