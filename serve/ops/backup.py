@@ -4,17 +4,17 @@ while the appliance serves, and brought back without ever leaving a half-restore
 What is state under the data directory, and how it is copied:
 
 - ``tenants/<tenant>/shard.sqlite3``, each tenant's shard, the source of truth (DESIGN.md
-  decision 1, with the tenant's vector stores), ``usage.sqlite``, the budgets and usage ledger
-  (serve/accounting/budgets.py), and ``responses.sqlite``, the stored responses
-  (serve/state/response_store.py): copied with SQLite's online backup API in a single step. One step
-  is one read transaction, so each copy is one consistent snapshot that includes the committed pages
-  still in the WAL (the main file alone can be nearly empty: a file copy would lose documents), and
-  in WAL mode it never blocks the appliance's writers. A step-wise backup restarts whenever another
-  connection writes, so under steady ingestion it might never finish. The copies are switched to
-  rollback-journal mode, so each is one self-contained file.
-- ``keys.json``, the API keys (only their hashes, serve/identity/keys.py): KeyStore replaces
-  it with one rename, so one read gets one whole version; it is copied as bytes and checked
-  to parse.
+  decision 1, with the tenant's vector stores), ``keys.sqlite``, the API keys (only their
+  hashes, serve/identity/keys.py; mode 0600), ``usage.sqlite``, the budgets and usage ledger
+  (serve/accounting/budgets.py), ``audit.sqlite`` and ``responses.sqlite``, the stored
+  responses (serve/state/response_store.py): copied with SQLite's online backup API in a single
+  step. One step is one read transaction, so each copy is one consistent snapshot that includes
+  the committed pages still in the WAL (the main file alone can be nearly empty: a file copy
+  would lose documents), and in WAL mode it never blocks the appliance's writers. A step-wise
+  backup restarts whenever another connection writes, so under steady ingestion it might never
+  finish. The copies are switched to rollback-journal mode, so each is one self-contained file.
+- ``keys.json``, where earlier versions kept the keys, in a data directory this version has not
+  opened yet (opening it imports the file into keys.sqlite): copied as bytes, checked to parse.
 
 Not copied:
 
@@ -22,7 +22,8 @@ Not copied:
   vectors when the file is missing (index/store/shard.py ``_sync_vectors``), so a restored
   shard rebuilds it when first opened; a copied file could only be equal or stale.
 - ``models/``: large and re-fetchable; the manifest names the models the configuration used.
-- ``keys.lock`` and SQLite's ``-wal``/``-shm`` files: locks, and pages folded into the copies.
+- ``keys.lock`` (earlier versions') and SQLite's ``-wal``/``-shm`` files: locks, and pages
+  folded into the copies.
 
 Each database is a snapshot of its own moment: one tenant's copy is consistent, but the
 tenants, the keys and the ledger are not one atomic snapshot together.
