@@ -99,9 +99,9 @@ class Ownership:
     ) -> TenantShard:
         """Take ``tenant``'s lease (ShardOwnedElsewhereError, a 503, while another replica
         holds it), then ``load`` its shard and ``replay_into`` it what the log holds beyond
-        this node's copy (how many entries); a replay that outlasts the lease takes it again
-        and replays what came meanwhile. ``loaded(tenant)``: the shard is still open here (an
-        evicted one's lease is left to run out)."""
+        this node's copy (how many entries), the lease renewed while it runs; should it still
+        run out, it is taken again and what came meanwhile replayed. ``loaded(tenant)``: the
+        shard is still open here (an evicted one's lease is given back)."""
         holder, node = self.placement.holder(), self.placement.node()
         asked = self.clock()
         lease = await asyncio.to_thread(self.owners.acquire, tenant, holder, node)
@@ -109,8 +109,13 @@ class Ownership:
             shard = await load()
             started, applied = time.perf_counter(), 0
             while True:
-                applied += await replay_into(shard)
-                asked = self.clock()
+                kept = [lease]
+                keeper = asyncio.get_running_loop().create_task(self._keep(kept))
+                try:
+                    applied += await replay_into(shard)
+                finally:
+                    keeper.cancel()
+                lease, asked = kept[0], self.clock()
                 try:
                     lease = await asyncio.to_thread(self.owners.renew, lease)
                     break
@@ -134,12 +139,26 @@ class Ownership:
             self._renewing = asyncio.get_running_loop().create_task(self._renew(loaded))
         return shard
 
+    async def _keep(self, kept: list[ShardLease]) -> None:
+        """While a replay runs, its lease (``kept[0]``) renewed every third of its length."""
+        while True:
+            await asyncio.sleep(self.owners.lease_s / 3)
+            try:
+                kept[0] = await asyncio.to_thread(self.owners.renew, kept[0])
+            except LeaseLostError:
+                return  # the renewal after the replay finds it out and takes it again
+            except Exception as exc:  # the next try, or the renewal after the replay, decides
+                log.warning("renewing tenant %r's lease during its replay failed: %s",
+                            kept[0].tenant, exc)  # fmt: skip
+
     async def _renew(self, loaded: Callable[[str], bool]) -> None:
         """Every third of a lease, all of this host's leases in one statement."""
         while self.held:
             await asyncio.sleep(self.owners.lease_s / 3)
-            for tenant in [t for t in self.held if not loaded(t)]:  # evicted: left to run out
-                self.held.pop(tenant, None)
+            for tenant in [t for t in self.held if not loaded(t)]:  # evicted: given back
+                evicted = self.held.pop(tenant)
+                with contextlib.suppress(Exception):  # else it runs out
+                    await asyncio.to_thread(self.owners.release, evicted.lease)
             held, asked = dict(self.held), self.clock()
             try:
                 renewed = await asyncio.to_thread(

@@ -6,6 +6,7 @@ test_state.py freezes a real one's link."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -169,3 +170,50 @@ def test_renewals_takeovers_and_health_are_visible(monkeypatch):
     assert outcomes[0] == "renewed" and "lost" in outcomes
     assert [s for s, *_ in recorded.seen].count("takeovers") == 2
     assert ("shard_leases", 0, None) in recorded.seen and ("shard_leases", 1, None) in recorded.seen
+
+
+class Expiring(Owners):
+    """A lease server whose leases run out ``lease_s`` after their last grant (real time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acquires, self.granted, self.released = 0, 0.0, []
+
+    def acquire(self, tenant: str, holder: str, node: str) -> ShardLease:
+        self.acquires += 1
+        self.granted = time.monotonic()
+        return super().acquire(tenant, holder, node)
+
+    def renew(self, lease: ShardLease) -> ShardLease:
+        if time.monotonic() - self.granted > self.lease_s:
+            raise LeaseLostError("ran out")
+        self.granted = time.monotonic()
+        return super().renew(lease)
+
+    def release(self, lease: ShardLease) -> None:
+        self.released.append(lease.tenant)
+
+
+def test_a_replay_longer_than_the_lease_keeps_it_and_an_evicted_shards_lease_is_given_back():
+    owners, open_here = Expiring(), {TENANT}
+    ownership = Ownership(owners, Here())
+
+    async def scenario():
+        async def load():
+            return "shard"
+
+        async def slow_replay(shard) -> int:
+            await asyncio.sleep(owners.lease_s * 3)  # three leases long
+            return 40
+
+        # bounded: a replay always longer than the lease once made take() loop for ever
+        taking = ownership.take(TENANT, load, slow_replay, lambda tenant: tenant in open_here)
+        await asyncio.wait_for(taking, 5)
+        assert owners.acquires == 1 and owners.renewals >= 3  # renewed while it replayed
+        assert ownership.holds(TENANT)
+        open_here.clear()  # Serve's LRU closed the shard
+        await asyncio.sleep(owners.lease_s)
+        assert owners.released == [TENANT] and TENANT not in ownership.held
+        ownership.stop()
+
+    asyncio.run(scenario())
