@@ -206,7 +206,7 @@ def test_a_replay_longer_than_the_lease_keeps_it_and_an_evicted_shards_lease_is_
             await asyncio.sleep(owners.lease_s * 3)  # three leases long
             return 40
 
-        # bounded: a replay always longer than the lease once made take() loop for ever
+        # bounded: this stand-in's replay is always long, so losing the lease would loop
         taking = ownership.take(TENANT, load, slow_replay, lambda tenant: tenant in open_here)
         await asyncio.wait_for(taking, 5)
         assert owners.acquires == 1 and owners.renewals >= 3  # renewed while it replayed
