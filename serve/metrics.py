@@ -86,6 +86,17 @@ class Metrics:
             "grounded_shard_replay_seconds", "Bringing a copy up to the log when taking it over.",
             boundaries=STAGE_BUCKETS,
         )  # fmt: skip
+        self.snapshots = Counter(
+            "grounded_shard_snapshots_total",
+            "Snapshots of tenant shards by outcome: stored (the log truncated below it); "
+            "failed (kept the log; tried again after the next write); restored (a takeover "
+            "started from one: this node's copy did not follow the log).",
+            ("outcome",),
+        )
+        self.shard_log = Gauge(
+            "grounded_shard_log", "A tenant's log after its last snapshot: entries and bytes "
+            "(what a takeover replays), as its owner sees them.", ("tenant", "unit"),
+        )  # fmt: skip
         self.tenant_requests = Counter(
             "grounded_tenant_requests_total",
             "Chat requests per tenant and key by outcome (answered, abstained, cancelled, "

@@ -13,7 +13,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -62,15 +62,12 @@ class TenantShard:
     def __init__(
         self, directory: Path, tenant: str, manifest: Manifest, vectors: VectorIndexConfig
     ):
-        self.directory = directory
-        self.tenant = tenant
-        self.manifest = manifest
+        self.directory, self.tenant, self.manifest = directory, tenant, manifest
         self.vector_config = vectors
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._vectors: VectorIndex | None = None
-        self._vectors_generation = -1
-        self._saved_generation = -1
+        self._vectors_generation = self._saved_generation = -1
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -89,18 +86,26 @@ class TenantShard:
             db = sqlite3.connect(
                 self.directory / DB_NAME, isolation_level=None, check_same_thread=False, timeout=30
             )
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
-            add_flags_column(db)
-            add_loader_version_column(db)
-            add_access_column(db)
-            add_owner_columns(db)
+            for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
+                db.execute(f"PRAGMA {pragma}")
+            _migrate(db)
             self._db = db
             if self._check_manifest(accept, adopt_manifest):
                 self._sync_vectors()
         return self
+
+    def replace_with(self, copy: Path) -> None:
+        """Become the database at ``copy`` (a snapshot), in place; the vector index then
+        rebuilt from its vectors. Readers see the shard before or after."""
+        with self._lock:
+            with closing(sqlite3.connect(copy)) as source:
+                source.backup(self._conn)
+            _migrate(self._conn)  # a copy from an older release
+            for old in self.directory.glob("vectors-*.faiss"):  # the copy before's
+                old.unlink(missing_ok=True)
+            self.manifest = stored_manifest(self._conn) or self.manifest
+            self._vectors, self._saved_generation = None, -1
+            self._sync_vectors()
 
     def close(self) -> None:
         with self._lock:
@@ -136,7 +141,7 @@ class TenantShard:
         )
 
     def _write_manifest(self, manifest: Manifest) -> None:
-        with self._transaction() as db:
+        with self.transaction(write=True) as db:
             store_manifest(db, manifest)
             db.execute("INSERT OR IGNORE INTO manifest(key, value) VALUES ('generation', '0')")
 
@@ -147,34 +152,20 @@ class TenantShard:
         return self._db
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The shard's connection inside one transaction under the shard's lock, for tables
+        kept in the same database (``index/store/collections.py``). ``write`` takes SQLite's
+        write lock up front (``BEGIN IMMEDIATE``); an error rolls back; a read sees one
+        consistent snapshot."""
         with self._lock:
             db = self._conn
-            db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield db
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-
-    @contextmanager
-    def transaction(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """The shard's connection inside one transaction under the shard's lock, for tables
-        kept in the same database (``index/store/collections.py``). ``write`` takes SQLite's
-        write lock up front (``BEGIN IMMEDIATE``) and rolls back on error; a read sees one
-        consistent snapshot."""
-        if write:
-            with self._transaction() as db:
-                yield db
-            return
-        with self._lock:
-            db = self._conn
-            db.execute("BEGIN")
-            try:
-                yield db
-            finally:
-                db.execute("COMMIT")
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -261,12 +252,12 @@ class TenantShard:
     def set_access(self, doc_id: str, access: tuple[str, ...] | None) -> None:
         """Who may read a stored document (index/access.py), from the next search on: the
         list is read at each search, nothing is embedded again. 404 if absent."""
-        with self._lock, self._transaction() as db:
+        with self._lock, self.transaction(write=True) as db:
             changed = db.execute(
                 "UPDATE documents SET access = ? WHERE doc_id = ?", (access_json(access), doc_id)
             ).rowcount
             if not changed:
-                raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
+                raise self._absent(doc_id)
 
     def visible_doc_ids(self, reader: Reader) -> list[str] | None:
         """The documents ``reader`` may read; None: all (an admin, or none is hidden)."""
@@ -289,7 +280,7 @@ class TenantShard:
             removed: list[int] = []
             added: list[int] = []
             statuses: list[Literal["added", "replaced"]] = []
-            with self._transaction() as db:
+            with self.transaction(write=True) as db:
                 behind = self.generation() != self._vectors_generation  # another writer
                 for item, item_vectors in zip(prepared, vectors, strict=True):
                     created = db.execute(
@@ -336,16 +327,13 @@ class TenantShard:
         database, its vector-store memberships and the vector index; 404 if absent."""
         with self._lock:
             self._sync_vectors()
-            with self._transaction() as db:
+            with self.transaction(write=True) as db:
                 behind = self.generation() != self._vectors_generation
                 removed = self._delete_rows(db, doc_id)
                 uploaded = db.execute("DELETE FROM uploads WHERE doc_id = ?", (doc_id,)).rowcount
                 db.execute("DELETE FROM originals WHERE doc_id = ?", (doc_id,))
                 if removed is None and not uploaded:
-                    raise DocumentNotFoundError(
-                        f"no document {doc_id!r} in tenant {self.tenant!r}; "
-                        "`grounded docs` lists the ids"
-                    )
+                    raise self._absent(doc_id)
                 db.execute("DELETE FROM vector_store_files WHERE doc_id = ?", (doc_id,))
                 generation = self._bump_generation(db)
             self._apply(generation, behind, removed or [], [], None)
@@ -354,7 +342,7 @@ class TenantShard:
     def rewrite(self, manifest: Manifest) -> Iterator[Rewriter]:
         """Replace every chunk and the manifest in one transaction (``reindex``)."""
         with self._lock:
-            with self._transaction() as db:
+            with self.transaction(write=True) as db:
                 db.execute("DELETE FROM chunks")
                 yield Rewriter(db, manifest.dimension)
                 store_manifest(db, manifest)
@@ -376,15 +364,20 @@ class TenantShard:
             f"SELECT {DOC_COLUMNS} FROM documents d WHERE d.doc_id = ?", (doc_id,)
         ).fetchone()
         if row is None:
-            raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
+            raise self._absent(doc_id)
         return record(row)
 
     def document_text(self, doc_id: str) -> str:
         """The document's validated text: what chunk offsets (``start``, ``end``) index."""
         row = self._conn.execute("SELECT text FROM documents WHERE doc_id = ?", (doc_id,))
         if (found := row.fetchone()) is None:
-            raise DocumentNotFoundError(f"no document {doc_id!r} in tenant {self.tenant!r}")
+            raise self._absent(doc_id)
         return found[0]
+
+    def _absent(self, doc_id: str) -> DocumentNotFoundError:
+        return DocumentNotFoundError(
+            f"no document {doc_id!r} in tenant {self.tenant!r}; `grounded docs` lists the ids"
+        )
 
     def iter_documents(self) -> Iterator[tuple[str, int, Document]]:
         """Stored documents (id, version, validated text and structure), for reindexing."""
@@ -448,13 +441,13 @@ class TenantShard:
             documents = self._conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
             chunks = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
             disk = sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())
-            return ShardStats(
-                self.tenant,
-                documents,
-                chunks,
-                self._vectors.ntotal,
-                self._vectors.kind,
-                self.generation(),
-                disk,
-                self.manifest,
-            )
+            return ShardStats(self.tenant, documents, chunks, self._vectors.ntotal,
+                              self._vectors.kind, self.generation(), disk,
+                              self.manifest)  # fmt: skip
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """The schema, and the columns added since the first release."""
+    db.executescript(SCHEMA)
+    for add in (add_flags_column, add_loader_version_column, add_access_column, add_owner_columns):
+        add(db)

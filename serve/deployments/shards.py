@@ -4,6 +4,8 @@ uploads and their ingestion, leases, the log and its replay)."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +17,17 @@ from serve.shards.host import ShardHost
 
 
 class ReplicaPlacement:
-    """Where a replica runs: its Ray node, and its replica id (the holder of its leases)."""
+    """Where a replica runs: its node (GROUNDED_NODE_NAME, set to something that outlives a
+    restart with the node's disk, e.g. the Kubernetes node; else the Ray node id, new at each
+    start), and its replica id (the holder of its leases)."""
 
     def node(self) -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        name = os.environ.get("GROUNDED_NODE_NAME", "")
+        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", name):
+            raise ValueError(f"GROUNDED_NODE_NAME={name!r}: letters, digits, '.', '_', '-'")
+        return name or ray.get_runtime_context().get_node_id()
 
     def holder(self) -> str:
         return serve.get_replica_context().replica_id.unique_id
@@ -60,6 +67,10 @@ class Shards:
             return await getattr(self.host, name)(tenant, *args, **kwargs)
 
         return call
+
+    def __del__(self) -> None:
+        """Serve stops the replica (scaled down, upgraded, its node drained)."""
+        self.host.close()
 
     def check_health(self) -> None:
         """Serve asks every few seconds; a replica that holds leases without renewing them is

@@ -53,6 +53,7 @@ from serve.query.retrieval import (
 )
 from serve.shards.ingestion import UploadIngestion, upload_id
 from serve.shards.ownership import Ownership, Placement
+from serve.shards.snapshots import Snapshotter
 from serve.state.shard_owners import (
     Replayed,
     ShardOwners,
@@ -87,9 +88,12 @@ class ShardHost:
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
         self.uploads = UploadIngestion(lambda: self.service)
         self.ownership: Ownership | None = None  # with several nodes
+        self.snapshots: Snapshotter | None = None
         if config.state.url:
             owners = ShardOwners(config.state, config.state.shard_lease_s)
             self.ownership = Ownership(owners, placement)
+            scratch = lambda tenant: self._shard_root() / "snapshots" / tenant  # noqa: E731
+            self.snapshots = Snapshotter(self.ownership, config.state, scratch)
         self._opened: dict[str, TenantShard] = {}
         # The loaded shards by tenant: by default kept open here; the Serve deployment puts
         # its multiplexed LRU around load_shard instead.
@@ -143,14 +147,16 @@ class ShardHost:
         before (its first start is slow)."""
         await self._service()
         shard = await self.ownership.take(
-            tenant, lambda: self.get_shard(tenant), lambda s: self._replay_into(s, tenant),
+            tenant, lambda: self.get_shard(tenant),
+            lambda s: self.snapshots.catch_up(s, tenant, self.uploads.replayed(s, tenant)),
             lambda t: t in self.loaded,
         )  # fmt: skip
         await self.uploads.resume(shard, tenant)
         return shard
 
     async def _replay_into(self, shard: TenantShard, tenant: str) -> int:
-        """The tenant's logged writes this node's copy has not applied, applied (how many)."""
+        """The tenant's logged writes the owner's copy has not applied (a write whose outcome
+        its writer never learned), applied (how many)."""
         position, ingest = Replayed(shard.directory), self.uploads.replayed(shard, tenant)
         return await asyncio.to_thread(
             replay, self.ownership.owners, tenant, position, ingest, shard
@@ -172,8 +178,16 @@ class ShardHost:
                 yield
             except GroundedError:  # refused (a 4xx): it is refused again when replayed
                 await asyncio.to_thread(Replayed(shard.directory).set, seq)
+                self.snapshots.written(shard, tenant, len(data or b""))
                 raise
             await asyncio.to_thread(Replayed(shard.directory).set, seq)
+        self.snapshots.written(shard, tenant, len(data or b""))
+
+    def close(self) -> None:
+        """Give every lease back (the replica is stopping): a tenant's next owner takes it at
+        once instead of waiting for the lease to run out."""
+        if self.ownership is not None:
+            self.ownership.release_all()
 
     # -- who may read and write what -----------------------------------------------------------
 
@@ -270,9 +284,10 @@ class ShardHost:
         shard = await self.shard(tenant)
 
         def readable() -> list[StoredFile]:
-            documents = shard.list_documents()
+            with shard.reading():  # no ingestion ends between the two reads
+                documents, uploads = shard.list_documents(), Uploads(shard).unfinished()
             stored = {d.doc_id for d in documents}
-            unfinished = [u for u in Uploads(shard).unfinished() if u.doc_id not in stored]
+            unfinished = [u for u in uploads if u.doc_id not in stored]
             return [f for f in [*documents, *unfinished] if reader.may_read(f.access)]
 
         return await asyncio.to_thread(readable)

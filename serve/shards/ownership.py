@@ -193,3 +193,14 @@ class Ownership:
     def stop(self) -> None:
         if self._renewing is not None:
             self._renewing.cancel()
+
+    def release_all(self) -> None:
+        """Stop renewing and give every lease back (a replica shutting down)."""
+        self.stop()
+        for tenant in list(self.held):
+            held = self.held.pop(tenant)
+            try:
+                self.owners.release(held.lease)
+            except Exception as exc:  # it runs out instead
+                log.warning("giving tenant %r's lease back failed: %s", tenant, exc)
+        self._count()

@@ -63,6 +63,17 @@ class StateConfig(BaseModel):
         "third of it): the longest a tenant waits for a new owner after its node dies.",
     )  # fmt: skip
 
+    snapshot_every: int = Field(
+        200, ge=1,
+        description="A tenant's owner stores a snapshot of its shard once the tenant's log holds "
+        "this many writes since the last (several nodes): a takeover replays at most about "
+        "this many.",
+    )  # fmt: skip
+    snapshot_mb: float = Field(
+        256.0, gt=0,
+        description="... or this many MB of uploaded files since the last snapshot.",
+    )  # fmt: skip
+
     @field_validator("url")
     @classmethod
     def _postgresql(cls, value: SecretStr | None) -> SecretStr | None:
@@ -87,6 +98,14 @@ class StateUnavailableError(GroundedError):
     type = "service_unavailable"
     code = "state_unavailable"
     retry_after = 2
+
+
+class OutcomeUnknownError(StateUnavailableError):
+    """The link to the state server was lost while a COMMIT was under way: the change may or
+    may not have been made. Retrying is safe where the change is idempotent or carries an
+    Idempotency-Key; else look before retrying."""
+
+    code = "outcome_unknown"
 
 
 class Cursor(Protocol):
@@ -331,7 +350,7 @@ class PostgresDatabase:
         with self._lock:
             if self._connection is None:
                 self._connection = self._connect()
-            db = _PgConnection(self._connection)
+            db, committing = _PgConnection(self._connection), False
             try:
                 db.execute("BEGIN")
                 try:  # a lock refused (lock_timeout) rolls back too: never left idle in it
@@ -342,9 +361,16 @@ class PostgresDatabase:
                     with contextlib.suppress(*lost):  # then lost below, as the caller's error
                         db.execute("ROLLBACK")
                     raise
+                committing = True
                 db.execute("COMMIT")
-            except lost as exc:  # whether a COMMIT under way went through is unknown
+            except lost as exc:
                 self._drop()
+                if committing:
+                    raise OutcomeUnknownError(
+                        f"lost the state database ({self.where}) while committing: the change "
+                        f"may or may not have been made ({exc}); check, or retry with the same "
+                        "Idempotency-Key"
+                    ) from exc
                 raise StateUnavailableError(
                     f"lost the state database ({self.where}): {exc}; retry"
                 ) from exc

@@ -51,6 +51,20 @@ CREATE TABLE IF NOT EXISTS shard_log (
 );
 CREATE INDEX IF NOT EXISTS shard_log_by_tenant ON shard_log (tenant, seq)
 """,
+    # Snapshots (serve/state/shard_snapshots.py) and each tenant's log identity: a copy made
+    # from another log (the state server replaced) is never continued with this one.
+    """
+ALTER TABLE shard_owners ADD COLUMN IF NOT EXISTS log_id TEXT NOT NULL
+    DEFAULT md5(random()::text || clock_timestamp()::text);
+CREATE TABLE IF NOT EXISTS shard_snapshots (
+    tenant TEXT PRIMARY KEY, snapshot TEXT NOT NULL, seq BIGINT NOT NULL, parts INT NOT NULL,
+    bytes BIGINT NOT NULL, sha256 TEXT NOT NULL, at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shard_snapshot_parts (
+    tenant TEXT NOT NULL, snapshot TEXT NOT NULL, part INT NOT NULL, data BYTEA NOT NULL,
+    PRIMARY KEY (tenant, snapshot, part)
+)
+""",
 )
 OPS = ("upload", "delete", "set_access", "catalog")
 
@@ -228,21 +242,29 @@ class ShardOwners:
 
 
 class Replayed:
-    """How far a local shard copy has applied its tenant's log: ``<shard dir>/log-position``
-    (written after each entry; an entry applied twice is harmless)."""
+    """How far a local shard copy has applied its tenant's log, and which log that is:
+    ``<shard dir>/log-position``, "<log id> <seq>" (written after each entry; an entry applied
+    twice is harmless). A file from before logs had ids holds the number alone."""
 
     def __init__(self, shard_dir: Path) -> None:
         self.path = Path(shard_dir) / "log-position"
 
-    def get(self) -> int:
+    def read(self) -> tuple[str | None, int]:
+        """(the log's id, or None where not recorded; the last entry applied, 0: none)."""
         try:
-            return int(self.path.read_text())
+            *log_id, seq = self.path.read_text().split()
         except FileNotFoundError:
-            return 0
+            return None, 0
+        return (log_id[0] if log_id else None), int(seq)
 
-    def set(self, seq: int) -> None:
+    def get(self) -> int:
+        return self.read()[1]
+
+    def set(self, seq: int, log_id: str | None = None) -> None:
+        """``log_id``: the log this copy follows from now on (else the one recorded)."""
+        log_id = log_id or self.read()[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, str(seq).encode())
+        write_atomic(self.path, (f"{log_id} {seq}" if log_id else str(seq)).encode())
 
 
 def upload_entry(file_name: str, access: Any = KEEP, owner: str | None = None) -> dict[str, Any]:

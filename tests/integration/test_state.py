@@ -503,7 +503,8 @@ def test_an_append_committing_during_a_takeover_is_seen_by_the_new_owners_replay
 
 def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(postgres, tmp_path):
     """The server commits an access change and the reply is lost (the proxy of tests/faults.py
-    cuts the link as the COMMIT's reply comes back): its client gets a 503, the entry is in
+    cuts the link as the COMMIT's reply comes back): its client gets a 503 saying the outcome is
+    unknown (not the "nothing was done" of a lost link before a COMMIT), the entry is in
     the log, the owner never applied it. The owner's next write brings its copy up to the log
     first, so the owner, and any replica that replays the log, agree. Before, the owner's
     next write moved its position past the entry: the owner kept the old list."""
@@ -515,7 +516,7 @@ def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(post
     from index.testing import HashingEmbedder
     from serve.config import load_config
     from serve.shards.host import ShardHost
-    from serve.state.database import StateUnavailableError
+    from serve.state.database import OutcomeUnknownError
     from tests.faults import FreezingProxy
 
     class At:
@@ -534,8 +535,9 @@ def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(post
     async def scenario():
         first, _ = await host.upload(tenant, OPERATOR, "leave.txt", b"Leave: 27 days.", 30)
         proxy.cut_on_reply(b"COMMIT\x00", after=b"INSERT INTO shard_log")
-        with pytest.raises(StateUnavailableError, match="lost the state database"):
+        with pytest.raises(OutcomeUnknownError, match="may or may not have been made") as lost:
             await host.set_access(tenant, OPERATOR, first.doc_id, ("group:hr",))
+        assert lost.value.status == 503 and lost.value.code == "outcome_unknown"
         assert (await host.file(tenant, OPERATOR, first.doc_id)).access is None  # not applied
         await host.upload(tenant, OPERATOR, "pay.txt", b"Pay day: the 25th.", 30)
         assert (await host.file(tenant, OPERATOR, first.doc_id)).access == ("group:hr",)
@@ -656,4 +658,122 @@ def test_one_statement_renews_a_holders_leases_and_leaves_out_those_it_lost(post
     assert renewed["renew-1"].token == mine[0].token
     assert renewed["renew-1"].expires > mine[0].expires
     assert owners.renew(taken).holder == "replica-b"  # the new owner's lease stands
+    owners.close()
+
+
+class _Node:
+    """A ShardHost's placement: node ``name`` (its folder), holder ``replica-<name>``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def node(self) -> str:
+        return self.name
+
+    def holder(self) -> str:
+        return f"replica-{self.name}"
+
+
+def test_a_takeover_starts_from_the_snapshot_and_replays_only_the_log_after_it(postgres, tmp_path):
+    """Hole 7 (recovery grows with history): the owner snapshots the tenant every 5 writes,
+    storing it on the state server and deleting the log below it. A new node (an empty
+    folder) takes over from the snapshot plus the tail: the same files, access lists and
+    vector stores, and it replays at most the tail. The first node's copy comes back later:
+    adopted as it is while it follows the log, replaced by the snapshot once the log moved
+    past it, and replaced when the log is another one (the state server rebuilt). A replica
+    that stops gives its leases back (the next owner waits for nothing). Before: no
+    snapshot, the log kept every upload's bytes, and each new folder replayed it all."""
+    import asyncio
+
+    from index.access import OPERATOR
+    from index.config import IndexConfig
+    from index.service import IndexService
+    from index.store.collections import VectorStoreCatalog
+    from index.testing import HashingEmbedder
+    from serve.config import load_config
+    from serve.shards.host import ShardHost
+    from serve.state.shard_owners import ShardOwners
+    from serve.state.shard_snapshots import ShardSnapshots
+
+    tenant = "snapshotted"
+    config = load_config(None, data_dir=str(tmp_path), state={
+        "url": postgres.url, "snapshot_every": 5, "shard_lease_s": 30})  # fmt: skip
+    start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
+    owners = ShardOwners(StateConfig(url=postgres.url))
+    snapshots = ShardSnapshots(owners)
+
+    took = []  # per takeover: (log entries replayed, whether the snapshot was fetched)
+
+    def host(name: str) -> ShardHost:
+        made = ShardHost(config, start, _Node(name))
+        catch_up, fetch, fetched = made.snapshots.catch_up, made.snapshots.store.fetch, []
+
+        async def counted(*args):
+            applied = await catch_up(*args)
+            took.append((applied, bool(fetched)))
+            return applied
+
+        def fetching(*args):
+            fetched.append(args)
+            return fetch(*args)
+
+        made.snapshots.catch_up, made.snapshots.store.fetch = counted, fetching
+        return made
+
+    async def seen(h: ShardHost) -> tuple:
+        files = sorted((f.file_name, f.access) for f in await h.files(tenant, OPERATOR))
+        stores = await h.catalog(tenant, OPERATOR, VectorStoreCatalog.list_stores)
+        return files, [s.name for s in stores.data]
+
+    async def stop(h: ShardHost) -> None:
+        for task in list(h.snapshots.taking.values()):
+            await task
+        h.close()
+        h.service.close()
+
+    async def scenario():
+        a = host("a")
+        for i in range(12):
+            await a.upload(tenant, OPERATOR, f"doc{i}.txt", f"Marker{i} text.".encode(), 30)
+        doc0 = (await a.files(tenant, OPERATOR))[0].doc_id
+        await a.set_access(tenant, OPERATOR, doc0, ("group:hr",))
+        await a.catalog(tenant, OPERATOR, VectorStoreCatalog.create_store, name="handbook")
+        for task in list(a.snapshots.taking.values()):
+            await task
+        state = snapshots.state(tenant)
+        assert state.snapshot is not None and state.snapshot.seq > 0
+        assert state.entries < 5  # the log holds only what came after the snapshot
+        expected = await seen(a)
+        await stop(a)  # gives its lease back: b takes it at once
+
+        b = host("b")  # an empty folder: the snapshot, then the tail
+        assert await seen(b) == expected
+        assert took[-1] == (state.entries, True)
+        await stop(b)
+
+        again = host("a")  # a's copy follows the log (the same log, at its end): adopted
+        assert await seen(again) == expected and took[-1] == (0, False)
+        for i in range(6):  # the log moves on: two more snapshots, past b's position
+            await again.upload(tenant, OPERATOR, f"more{i}.txt", f"Marker more{i}.".encode(), 30)
+        expected = await seen(again)
+        await stop(again)
+        state = snapshots.state(tenant)
+
+        b = host("b")  # b's copy is now behind the snapshot: replaced by it
+        assert await seen(b) == expected and took[-1] == (state.entries, True)
+        await stop(b)
+        return expected
+
+    expected = asyncio.run(scenario())
+
+    with owners.db.transaction() as db:  # the state server rebuilt: another log, same seqs
+        db.execute("UPDATE shard_owners SET log_id = 'another-log' WHERE tenant = ?", (tenant,))
+
+    async def elsewhere():
+        c = host("a")  # a's copy follows a log that is no longer there: replaced
+        assert await seen(c) == expected
+        assert took[-1][1]
+        await stop(c)
+
+    asyncio.run(elsewhere())
     owners.close()
