@@ -97,6 +97,13 @@ class Metrics:
             "grounded_shard_log", "A tenant's log after its last snapshot: entries and bytes "
             "(what a takeover replays), as its owner sees them.", ("tenant", "unit"),
         )  # fmt: skip
+        self.state_errors = Counter(
+            "grounded_state_errors_total",
+            "The state server could not do a store's work (a 503 to retry): by store (its "
+            "schema: keys, usage, responses, audit, shards) and SQLSTATE (lost: the link; "
+            "unknown: lost while committing).",
+            ("store", "code"),
+        )
         self.tenant_requests = Counter(
             "grounded_tenant_requests_total",
             "Chat requests per tenant and key by outcome (answered, abstained, cancelled, "

@@ -276,6 +276,16 @@ def server_error(exc: BaseException) -> tuple[str, str]:
     return str(fields.get("C", "")), str(fields.get("M", exc))
 
 
+def _count(store: str, code: str) -> None:
+    """A state error in the metrics (serve/metrics.py), where metrics are kept."""
+    try:
+        from serve.metrics import metrics
+
+        metrics().state_errors.inc(tags={"store": store, "code": code})
+    except Exception:  # no Ray here (a command): nothing to count
+        pass
+
+
 class PostgresDatabase:
     """A store's schema on a PostgreSQL server: one connection per process (a lock serialises
     its threads), reopened after the server or the network drops it."""
@@ -365,6 +375,7 @@ class PostgresDatabase:
                 db.execute("COMMIT")
             except lost as exc:
                 self._drop()
+                _count(self.schema, "unknown" if committing else "lost")
                 if committing:
                     raise OutcomeUnknownError(
                         f"lost the state database ({self.where}) while committing: the change "
@@ -380,6 +391,7 @@ class PostgresDatabase:
                     raise  # a fault of this code: a 500 with its trace in the log
                 if code.startswith("08") or code.startswith("57P") or code == "25P03":
                     self._drop()  # the session is gone
+                _count(self.schema, code)
                 raise StateUnavailableError(
                     f"the state database ({self.where}) cannot do it now ({code}: {message}); retry"
                 ) from exc

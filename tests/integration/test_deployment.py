@@ -225,7 +225,9 @@ def test_the_grafana_dashboard_queries_only_series_the_appliance_exports():
     titles = {p["title"] for p in dashboard["panels"]}
     wanted = {"Latency per stage (p95)", "Time to first token", "vLLM KV-cache usage",
               "Prefix-cache hit rate", "Generated tokens per second",
-              "Errors and refusals per second", "Shard sizes (chunks per tenant)"}  # fmt: skip
+              "Errors and refusals per second", "Shard sizes (chunks per tenant)",
+              "Lease renewals by outcome", "Log after the last snapshot (entries per tenant)",
+              "State server errors by store"}  # fmt: skip
     assert wanted <= titles
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
@@ -258,3 +260,27 @@ def test_check_config_prints_the_resolved_config_or_names_the_bad_fields(tmp_pat
     assert refused.exit_code == 1
     assert "query.fusion: Input should be 'rrf' or 'weighted'" in refused.output
     assert "budgets.default.tokens_per_hour: unknown field" in refused.output
+
+
+def test_the_alerts_load_in_prometheus_and_name_exported_series_and_runbook_sections():
+    """configs/prometheus/rules.yml: Prometheus's own checker accepts it with the scrape config
+    that loads it; each alert queries series the appliance exports and links a section of
+    docs/operations.md that exists."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool comes with Debian's prometheus package (make setup)"
+    checked = subprocess.run([promtool, "check", "config", str(CONFIGS / "prometheus.yml")],
+                             capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 0 and "1 rule files found" in checked.stdout, checked
+    declared = set(re.findall(r'"(grounded_[a-z_]+)"', (REPO / "serve/metrics.py").read_text()))
+    rules = yaml.safe_load((CONFIGS / "prometheus/rules.yml").read_text())
+    runbook = (REPO / "docs/operations.md").read_text()
+    anchors = {"#" + re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", runbook, re.M)}  # fmt: skip
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert len(alerts) >= 5
+    for rule in alerts:
+        for series in re.findall(r"ray_(grounded_[a-z_]+)", rule["expr"]):
+            assert re.sub(r"_(bucket|count|sum)$", "", series) in declared, rule["alert"]
+        assert rule["annotations"]["runbook"].removeprefix("docs/operations.md") in anchors
+    mounted = {v.split(":")[1] for v in compose()["services"]["prometheus"]["volumes"]}
+    assert "/etc/prometheus/prometheus/rules.yml" in mounted
