@@ -65,7 +65,11 @@ async def run(url: str, documents: int, history: int, every: int) -> dict:
         await task
     a.close()
     a.service.close()
-    state = ShardSnapshots(ShardOwners(StateConfig(url=url))).state(tenant)
+    owners = ShardOwners(StateConfig(url=url))
+    snapshots = ShardSnapshots(owners)
+    state = snapshots.state(tenant)
+    snapshots.close()
+    owners.close()
     b = ShardHost(config, start, Node("b"))
     started = time.perf_counter()
     files = await b.files(tenant, OPERATOR)

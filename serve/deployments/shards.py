@@ -69,8 +69,10 @@ class Shards:
         return call
 
     def __del__(self) -> None:
-        """Serve stops the replica (scaled down, upgraded, its node drained)."""
-        self.host.close()
+        """Serve stops the replica (scaled down, upgraded, its node drained): its leases given
+        back (serve/shards/host.py ``close``)."""
+        if hasattr(self, "host"):
+            self.host.close()
 
     def check_health(self) -> None:
         """Serve asks every few seconds; a replica that holds leases without renewing them is

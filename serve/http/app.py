@@ -6,7 +6,6 @@ its replica from the deployments' handles; tests build it in-process over a Gate
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -23,6 +22,7 @@ from serve.http.guard import RequestGuard
 from serve.http.routes import chat, embeddings, files, responses, vector_stores
 from serve.metrics import metrics
 from serve.query.generation import GeneratorUnavailableError
+from serve.state.database import off_loop
 
 log = logging.getLogger("grounded")
 
@@ -93,7 +93,7 @@ async def _request_id(request: Request, call_next):
             # The key and the size, before the body is read; in a thread, so that a slow
             # key store (the state server's, an identity provider) never stalls the event
             # loop, which serves /health and every stream under way.
-            request.state.api_key = await asyncio.to_thread(
+            request.state.api_key = await off_loop(
                 guard.check, request.method, request.url.path, request.headers
             )
         response = await call_next(request)

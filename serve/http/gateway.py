@@ -35,6 +35,7 @@ from serve.query.prompt import Turn
 from serve.query.retrieval import SearchFilter
 from serve.query.routing import MODEL_ID
 from serve.shards.tenant import TenantShards
+from serve.state.database import off_loop
 from serve.state.response_store import ResponseStore, response_not_found
 
 
@@ -110,7 +111,7 @@ class Gateway:
         """(``part`` of a stored response, the documents it quoted): read by its creator (or
         an admin), and only while the caller may still read every document it quoted (a
         group lost since, a list changed, a document deleted: 404, as for any absent id)."""
-        value, documents = await asyncio.to_thread(
+        value, documents = await off_loop(
             self.responses.read, caller.tenant, caller.owner, response_id, part
         )
         if documents:
@@ -150,7 +151,7 @@ class Gateway:
 
         @contextlib.asynccontextmanager
         async def admit(tokens: int, model: str):
-            lease = await asyncio.to_thread(
+            lease = await off_loop(
                 self.ledger.reserve, caller.tenant, caller.id, caller.limits, tokens
             )
             grant = Grant(model=model)
@@ -165,7 +166,7 @@ class Gateway:
                         m.add(m.tenant_preemptions, turn.preemptions, {"tenant": caller.tenant})
             finally:
                 used = grant.usage.prompt_tokens + grant.usage.completion_tokens
-                await asyncio.to_thread(self.ledger.settle, lease, used)
+                await off_loop(self.ledger.settle, lease, used)
 
         return admit
 
@@ -195,7 +196,7 @@ class Gateway:
             for grant in grants:
                 by_model[grant.model] = by_model.get(grant.model, Usage()) + grant.usage
         outcome = "cancelled" if answer is None else "abstained" if answer.abstained else "answered"
-        cost = await asyncio.to_thread(
+        cost = await off_loop(
             self.ledger.record, caller.tenant, caller.id, outcome, models=by_model
         )
         m, tags = metrics(), {"tenant": caller.tenant, "key": caller.id}
@@ -212,9 +213,7 @@ class Gateway:
         reason = getattr(exc, "reason", None)
         if reason is None:
             return
-        await asyncio.to_thread(
-            self.ledger.record, caller.tenant, caller.id, "refused", reason=reason
-        )
+        await off_loop(self.ledger.record, caller.tenant, caller.id, "refused", reason=reason)
         metrics().tenant_requests.inc(
             tags={
                 "tenant": caller.tenant,
@@ -291,7 +290,7 @@ class Gateway:
             caller.tenant, caller.identity, caller.id, caller.groups, endpoint, question,
             doc_ids, cited, answer.abstained if answer is not None else None,
         )  # fmt: skip
-        await asyncio.to_thread(self.audit.append, entry)
+        await off_loop(self.audit.append, entry)
 
     def observe(self, answer: Answer) -> None:
         m, route = metrics(), answer.route
@@ -334,7 +333,7 @@ class Gateway:
         count, the usage the response reports. Returns (vectors, tokens)."""
         reserved = sum(self.generator.count(text) for text in texts)
         try:
-            lease = await asyncio.to_thread(
+            lease = await off_loop(
                 self.ledger.reserve, caller.tenant, caller.id, caller.limits, reserved
             )
         except GroundedError as exc:
@@ -344,8 +343,6 @@ class Gateway:
         try:
             vectors, tokens = await self._embed(texts)
         finally:
-            await asyncio.to_thread(self.ledger.settle, lease, tokens)
-        await asyncio.to_thread(
-            self.ledger.record, caller.tenant, caller.id, "embedded", prompt=tokens
-        )
+            await off_loop(self.ledger.settle, lease, tokens)
+        await off_loop(self.ledger.record, caller.tenant, caller.id, "embedded", prompt=tokens)
         return vectors, tokens

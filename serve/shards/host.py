@@ -188,6 +188,7 @@ class ShardHost:
         once instead of waiting for the lease to run out."""
         if self.ownership is not None:
             self.ownership.release_all()
+            self.snapshots.store.close()
 
     # -- who may read and write what -----------------------------------------------------------
 

@@ -17,19 +17,25 @@ decisions about one subject (a tenant's budget) are serialised across every node
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
+import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from index.errors import GroundedError
+
+T = TypeVar("T")
 
 
 class StateConfig(BaseModel):
@@ -89,6 +95,21 @@ class StateConfig(BaseModel):
             raise ValueError("url names no database: end it with /<database>, e.g. /grounded")
         tls_context(parts.query)  # an unknown sslmode, or a CA file that is not there
         return value
+
+
+# Calls that wait on another server (the state database, an identity provider) run in threads
+# of their own: a stalled server ties these up, never the event loop's default executor, which
+# the rest of a process's blocking work shares (the relevance judge, shard reads, ingestion).
+_WAITING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="grounded-state")
+
+
+async def off_loop(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)`` in the state threads (as ``asyncio.to_thread`` does it in
+    the default executor, the context included)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(
+        _WAITING, functools.partial(context.run, call, *args, **kwargs)
+    )
 
 
 class StateUnavailableError(GroundedError):
@@ -252,13 +273,19 @@ def tls_context(query: str):
 
 
 def server_settings(config: StateConfig) -> dict[str, str]:
-    """The session settings every connection sets: the server's own timeouts."""
+    """The session settings every connection sets: the server's own timeouts and keepalives
+    (the client's socket has SO_KEEPALIVE too: pg8000's default)."""
     return {
         "statement_timeout": f"{round(config.statement_timeout_s * 1000)}ms",
         "lock_timeout": f"{round(config.lock_timeout_s * 1000)}ms",
         "idle_in_transaction_session_timeout": (
             f"{round(config.idle_in_transaction_timeout_s * 1000)}ms"
         ),
+        # The server's side of the link: a client host that vanished (its session idle, not
+        # in a transaction) is found within about a minute, not the OS's two hours.
+        "tcp_keepalives_idle": "30",
+        "tcp_keepalives_interval": "10",
+        "tcp_keepalives_count": "3",
     }
 
 

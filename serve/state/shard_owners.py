@@ -112,7 +112,7 @@ class ShardOwners:
     def __init__(self, state: StateConfig, lease_s: float = 15.0) -> None:
         if not state.url:
             raise ValueError("shard owners need the state server (state.url)")
-        self.lease_s = lease_s
+        self.state, self.lease_s = state, lease_s
         self.db = open_database(state, Path("."), "shards", MIGRATIONS)
         # Renewals on a connection of their own: a long append (an upload's bytes) never
         # holds them up past a lease.

@@ -31,7 +31,9 @@ from pathlib import Path
 
 from index.store.rows import DB_NAME
 from index.store.shard import TenantShard
+from serve.state.database import open_database
 from serve.state.shard_owners import (
+    MIGRATIONS,
     NOW,
     Replayed,
     ReplayStoppedError,
@@ -63,10 +65,15 @@ class LogState:
 
 
 class ShardSnapshots:
-    """The snapshots and log states of tenant shards, in ShardOwners' schema."""
+    """The snapshots and log states of tenant shards, in ShardOwners' schema, on a connection
+    of their own (a snapshot's parts never hold up the owner's appends)."""
 
     def __init__(self, owners: ShardOwners) -> None:
-        self.owners, self.db = owners, owners.db
+        self.owners = owners
+        self.db = open_database(owners.state, Path("."), "shards", MIGRATIONS)
+
+    def close(self) -> None:
+        self.db.close()
 
     def state(self, tenant: str) -> LogState:
         with self.db.read() as db:

@@ -4,7 +4,6 @@ completions). What a response is, and its events: serve/http/responses.py."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,6 +21,7 @@ from serve.http.responses import (
 from serve.http.routes import Querying, gateway
 from serve.query.pipeline import Answer, QueryOptions
 from serve.query.prompt import Turn
+from serve.state.database import off_loop
 
 router = APIRouter()
 
@@ -84,7 +84,7 @@ async def create_response(request: Request, caller: Querying, body: ResponseRequ
             history = [(t.role, t.content) for t in turns]
             history += [("user", question), ("assistant", answer.text)]
             documents = [*quoted, *(s.hit.doc_id for s in answer.sources)]
-            await asyncio.to_thread(service.responses.save, caller.tenant, response,
+            await off_loop(service.responses.save, caller.tenant, response,
                                     _input_items(body.items()), history, caller.identity,
                                     documents)  # fmt: skip
         return response
@@ -108,7 +108,7 @@ async def get_response(request: Request, caller: Querying, response_id: str) -> 
 )
 async def delete_response(request: Request, caller: Querying, response_id: str) -> dict[str, Any]:
     service = gateway(request)
-    await asyncio.to_thread(service.responses.delete, caller.tenant, caller.owner, response_id)
+    await off_loop(service.responses.delete, caller.tenant, caller.owner, response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
 

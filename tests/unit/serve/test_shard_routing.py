@@ -18,7 +18,13 @@ from serve.config import load_config
 from serve.shards.host import ShardHost
 from serve.shards.ownership import Ownership
 from serve.shards.tenant import to_owner
-from serve.state.shard_owners import LeaseLostError, ShardLease, ShardOwnedElsewhereError
+from serve.state.shard_owners import (
+    LeaseLostError,
+    Replayed,
+    ShardLease,
+    ShardOwnedElsewhereError,
+    replay,
+)
 
 pytestmark = pytest.mark.unit
 TENANT = "acme"
@@ -141,12 +147,27 @@ def replica(tmp_path):
     return host
 
 
+class Snapshots:
+    """The snapshot side of a takeover (serve/shards/snapshots.py) with no snapshot stored:
+    the whole log replayed into the node's copy."""
+
+    def __init__(self, owners: Owners) -> None:
+        self.owners = owners
+
+    async def catch_up(self, shard, tenant: str, ingest) -> int:
+        position = Replayed(shard.directory)
+        return await asyncio.to_thread(replay, self.owners, tenant, position, ingest, shard)
+
+    def written(self, shard, tenant: str, size: int) -> None:
+        pass
+
+
 def own(host: ShardHost, held_elsewhere: bool = False, runs_out: int = 0):
     """The replica's shard for the tenant, as a request gets it; its renewals stopped."""
     owners = Owners(host.events, held_elsewhere, runs_out)
     if host.ownership is None:
         host.ownership = Ownership(owners, Placement())
-    host.ownership.owners = owners
+    host.ownership.owners, host.snapshots = owners, Snapshots(owners)
 
     async def request():
         try:
