@@ -61,8 +61,8 @@ async def run(url: str, documents: int, history: int, every: int) -> dict:
         doc = n % documents
         await a.upload(tenant, OPERATOR, f"doc{doc}.txt", text(doc, n // documents), 60)
     uploading = time.perf_counter() - started
-    for task in list(a.snapshots.taking.values()):
-        await task
+    while a.snapshots.taking:
+        await asyncio.wait(list(a.snapshots.taking.values()))
     a.close()
     a.service.close()
     owners = ShardOwners(StateConfig(url=url))

@@ -404,3 +404,32 @@ def stored_documents(db: sqlite3.Connection) -> Iterator[tuple[str, int, Documen
     for doc_id, version, file_name, media_type, text, blocks, page_count in rows:
         parsed = tuple(Block(s, e, k, tuple(h), p) for s, e, k, h, p in json.loads(blocks))
         yield doc_id, version, Document(file_name, media_type, text, parsed, page_count)
+
+
+def rename_rows(db: sqlite3.Connection, doc_id: str, file_name: str, source: str) -> bool:
+    """A document's file name and source changed in place (a file moved at its source, the
+    same bytes): its chunks' lexical context (file name and headings) follows, in the FTS5
+    index too; vectors and text are unchanged. False when there is no such document."""
+    row = db.execute("SELECT file_name FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
+    if row is None:
+        return False
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    db.execute(
+        "UPDATE documents SET file_name = ?, source = ?, updated_at = ? WHERE doc_id = ?",
+        (file_name, source, now, doc_id),
+    )
+    db.execute(
+        "INSERT INTO chunks_fts(chunks_fts, rowid, text, context) "
+        "SELECT 'delete', id, text, context FROM chunks WHERE doc_id = ?",
+        (doc_id,),
+    )
+    db.execute(
+        "UPDATE chunks SET context = ? || substr(context, ?) WHERE doc_id = ?",
+        (file_name, len(row[0]) + 1, doc_id),
+    )
+    db.execute(
+        "INSERT INTO chunks_fts(rowid, text, context) "
+        "SELECT id, text, context FROM chunks WHERE doc_id = ?",
+        (doc_id,),
+    )
+    return True

@@ -118,6 +118,31 @@ CREATE TABLE IF NOT EXISTS idempotent_creates (
 );
 CREATE INDEX IF NOT EXISTS vector_store_files_by_batch ON vector_store_files(batch_id);
 CREATE INDEX IF NOT EXISTS vector_store_batches_by_store ON vector_store_batches(store_id);
+-- Sources (index/sources/): where some of the tenant's documents live, kept in step by runs;
+-- source_files holds what each file last was at the source and which document it is.
+CREATE TABLE IF NOT EXISTS sources (
+    name       TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL,                  -- folder
+    location   TEXT NOT NULL,                  -- the folder's path
+    access     TEXT NOT NULL,                  -- JSON: rules by path glob, and the default
+    every_s    REAL,                           -- how often it runs (NULL: on demand only)
+    created_at INTEGER NOT NULL,
+    last_run   TEXT,                           -- JSON: the last run's counts, times, error
+    running    TEXT                            -- JSON: the run under way (its process, when)
+);
+CREATE TABLE IF NOT EXISTS source_files (
+    source   TEXT NOT NULL REFERENCES sources(name) ON DELETE CASCADE,
+    path     TEXT NOT NULL,                    -- below the source's root, '/'-separated
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256   TEXT NOT NULL,
+    doc_id   TEXT NOT NULL,                    -- the document it is (NULL never: see error)
+    access   TEXT,                             -- JSON: the readers its rules gave; NULL tenant
+    error    TEXT,                             -- why it was refused (retried once it changes)
+    seen     INTEGER NOT NULL DEFAULT 0,       -- the run that last listed it
+    PRIMARY KEY (source, path)
+);
+CREATE INDEX IF NOT EXISTS source_files_by_hash ON source_files(source, sha256);
 """
 
 # Column weights for bm25(): body text counts twice the file name and headings.

@@ -43,6 +43,7 @@ from index.store.rows import (
     lexical_query,
     matching_doc_ids,
     record,
+    rename_rows,
     store_manifest,
     stored_documents,
     stored_manifest,
@@ -257,6 +258,12 @@ class TenantShard:
                 "UPDATE documents SET access = ? WHERE doc_id = ?", (access_json(access), doc_id)
             ).rowcount
             if not changed:
+                raise self._absent(doc_id)
+
+    def rename_document(self, doc_id: str, file_name: str, source: str) -> None:
+        """A moved file's new name and source, nothing embedded again; 404 if absent."""
+        with self.transaction(write=True) as db:
+            if not rename_rows(db, doc_id, file_name, source):
                 raise self._absent(doc_id)
 
     def visible_doc_ids(self, reader: Reader) -> list[str] | None:

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from index.errors import GroundedError
-from serve.cli import answers, documents, keys, models, operations, stores
+from serve.cli import answers, documents, keys, models, operations, sources, stores
 from serve.cli.common import _fail, _State
 from serve.config import load_config
 
@@ -34,6 +34,7 @@ app.add_typer(operations.commands)
 app.add_typer(models.commands, name="models")
 app.add_typer(keys.commands, name="keys")
 app.add_typer(stores.commands, name="stores")
+app.add_typer(sources.commands, name="sources")
 
 
 @app.callback()

@@ -56,11 +56,24 @@ class Snapshotter:
         the background once the log has grown enough."""
         entries, total = self.grown.get(tenant, (0, 0))
         self._grow(tenant, entries + 1, total + size)
-        if (entries + 1 < self.every and total + size < self.max_bytes) or tenant in self.taking:
+        self._due(shard, tenant)
+
+    def _due(self, shard: TenantShard, tenant: str) -> None:
+        """A snapshot started when the log has grown enough and none is under way (one that
+        ends with the log grown enough again, by the writes it let through, starts the next)."""
+        entries, total = self.grown.get(tenant, (0, 0))
+        if (entries < self.every and total < self.max_bytes) or tenant in self.taking:
             return
         task = asyncio.get_running_loop().create_task(self.take(shard, tenant))
         self.taking[tenant] = task
-        task.add_done_callback(lambda _: self.taking.pop(tenant, None))
+
+        def done(_) -> None:
+            if self.taking.get(tenant) is task:
+                self.taking.pop(tenant)
+            if not task.cancelled() and task.exception() is None and task.result() is not None:
+                self._due(shard, tenant)
+
+        task.add_done_callback(done)
 
     def _grow(self, tenant: str, entries: int, size: int) -> None:
         self.grown[tenant] = (entries, size)

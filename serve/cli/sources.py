@@ -1,0 +1,206 @@
+"""``grounded sources``: a tenant's documents kept in step with a folder (a local path or a
+mounted share), in-process over the data directory (one node). The runs are
+index/sources/sync.py; this module only translates them to commands."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from typing import Annotated
+
+import typer
+
+from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.sources import state
+from index.sources.rules import AccessRules
+from index.sources.state import Declared
+from index.sources.sync import due
+from index.sources.sync import sync as run_source
+from serve.cli.common import (
+    JsonOpt,
+    TenantOpt,
+    _print_json,
+    _progress,
+    _run,
+    _table,
+    err,
+    out,
+)
+
+commands = typer.Typer(
+    help="Sources: keep a tenant's documents in step with a folder (new, changed, moved and "
+    "deleted files; access lists from path rules).",
+    no_args_is_help=True,
+)
+NameArg = Annotated[str, typer.Argument(help="The source's name (lowercase, - and _).")]
+
+
+def parse_every(text: str | None) -> float | None:
+    """``30s``, ``10m``, ``2h``, ``1d``: seconds; None: on demand only."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    if not match or int(match[1]) == 0:
+        raise InvalidRequestError(f"--every {text!r}: a duration such as 10m, 1h or 1d",
+                                  param="every")  # fmt: skip
+    return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86_400}[match[2]]
+
+
+@commands.command("add")
+def add(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    name: Annotated[str, typer.Option("--name", help="What to call it (lowercase, - and _).")],
+    location: Annotated[str, typer.Argument(help="kind:location, e.g. folder:/mnt/hr")],
+    access: Annotated[
+        str | None,
+        typer.Option(
+            "--access",
+            help="Who reads its files where no rule says: principals "
+            "(group:hr,user:ana) or 'tenant' (the default).",
+        ),
+    ] = None,
+    rule: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rule",
+            help="glob=access, first match wins (repeatable): "
+            "'hr/**=group:hr', 'public/**=tenant'.",
+        ),
+    ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option("--every", help="How often it should run (10m, 1h)."),
+    ] = None,
+) -> None:
+    """Declare a source; `grounded sources sync NAME` runs it."""
+
+    def work() -> Declared:
+        kind, where = state.parse_location(location)
+        declared = Declared(state.check_name(name), kind, where,
+                            AccessRules.parse(access, rule or []), parse_every(every))  # fmt: skip
+        declared.source().check()  # a path that is not there: refused now, not at its run
+        state.add(ctx.obj.index().shard(tenant, create=True), declared)
+        return declared
+
+    declared = _run(work)
+    out.print(f"source {declared.name}: {declared.kind}:{declared.location}; run it with "
+              f"`grounded sources sync --tenant {tenant} {declared.name}`")  # fmt: skip
+
+
+@commands.command("list")
+def list_sources(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False) -> None:
+    """Each source: where it reads, its files, its last run."""
+    declared = _run(lambda: state.listed(ctx.obj.index().shard(tenant, create=True)))
+    if as_json:
+        _print_json([{"name": d.name, "kind": d.kind, "location": d.location,
+                      "access": d.rules.json(), "every_s": d.every_s, "files": d.files,
+                      "last_run": d.last_run} for d in declared])  # fmt: skip
+        return
+    table = _table("name", "source", "files", "every", "last run", whole=("name",))
+    for d in declared:
+        every = f"{d.every_s:g} s" if d.every_s else "on demand"
+        table.add_row(d.name, f"{d.kind}:{d.location}", str(d.files), every, _summary(d.last_run))
+    out.print(table)
+
+
+def _summary(run: dict | None) -> str:
+    if run is None:
+        return "never"
+    counts = ", ".join(f"{run[k]} {k}" for k in ("added", "changed", "moved", "access",
+                                                  "deleted", "failed") if run[k])  # fmt: skip
+    text = f"{counts or 'nothing changed'} in {run['seconds']:.1f} s"
+    return f"stopped: {run['error']}" if run.get("error") else text
+
+
+@commands.command("sync")
+def sync(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    name: NameArg,
+    confirm_deletes: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-deletes",
+            help="Delete even when the source lists far "
+            "fewer files than it held (it was emptied on purpose).",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a source once: its new, changed, moved and deleted files, and access changes."""
+
+    def work():
+        service = ctx.obj.index()
+        shard = service.shard(tenant, create=True)
+        declared = state.get(shard, name)
+        with _progress(transient=True) as progress:
+            task = progress.add_task(f"syncing {name}", total=None)
+            return run_source(shard, service.pipeline(tenant), declared,
+                              confirm_deletes=confirm_deletes,
+                              progress=lambda n: progress.advance(task, n))  # fmt: skip
+
+    run = _run(work)
+    if as_json:
+        _print_json(run.json())
+        return
+    for path, reason in run.failures:
+        out.print(f"failed   {path}: {reason}")
+    out.print(f"{name}: {_summary(run.json())}; {run.unchanged} unchanged")
+
+
+@commands.command("watch")
+def watch(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    once: Annotated[bool, typer.Option("--once", help="Run what is due, then stop.")] = False,
+) -> None:
+    """Run each of the tenant's sources whenever its --every interval has passed, until
+    stopped (Ctrl-C); a run that fails is reported and tried again at its next time. Several
+    watchers are safe: a source runs once at a time."""
+    import time
+
+    from index.errors import GroundedError
+
+    while True:
+        service = ctx.obj.index()
+        shard = service.shard(tenant, create=True)
+        declared = _run(functools.partial(state.listed, shard))
+        now = time.time()
+        for d in declared:
+            if due(d, now) == 0:
+                try:
+                    run = run_source(shard, service.pipeline(tenant), d)
+                    out.print(f"{d.name}: {_summary(run.json())}")
+                except GroundedError as exc:
+                    err.print(f"{d.name}: {exc.message}")
+        if once:
+            return
+        waits = [due(d, time.time()) for d in declared]
+        time.sleep(min([w for w in waits if w != float("inf")], default=60.0) or 1.0)
+
+
+@commands.command("remove")
+def remove(
+    ctx: typer.Context,
+    tenant: TenantOpt,
+    name: NameArg,
+    keep: Annotated[
+        bool, typer.Option("--keep-documents", help="Keep its documents (as the tenant's).")
+    ] = False,
+) -> None:
+    """Forget a source, and delete the documents it made (unless --keep-documents)."""
+
+    def work() -> int:
+        shard = ctx.obj.index().shard(tenant, create=True)
+        doc_ids = state.remove(shard, name)
+        if not keep:
+            for doc_id in doc_ids:
+                with contextlib.suppress(DocumentNotFoundError):
+                    shard.delete_document(doc_id)
+        return len(doc_ids)
+
+    count = _run(work)
+    kept = "kept" if keep else "deleted"
+    out.print(f"source {name} removed; its {count} documents {kept}")
