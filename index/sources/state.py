@@ -34,9 +34,13 @@ class Declared:
 
 
 class SourceNotFoundError(DocumentNotFoundError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no source {name!r} in this tenant; `grounded sources list` names them",
-                         param="name")  # fmt: skip
+    """No source of that name in the tenant."""
+
+
+def _no_source(name: str) -> SourceNotFoundError:
+    return SourceNotFoundError(
+        f"no source {name!r} in this tenant; `grounded sources list` names them", param="name"
+    )
 
 
 def check_name(name: str) -> str:
@@ -89,7 +93,7 @@ def get(shard: TenantShard, name: str) -> Declared:
     for declared in listed(shard):
         if declared.name == name:
             return declared
-    raise SourceNotFoundError(name)
+    raise _no_source(name)
 
 
 def remove(shard: TenantShard, name: str) -> list[str]:
@@ -99,7 +103,7 @@ def remove(shard: TenantShard, name: str) -> list[str]:
         held = db.execute("SELECT doc_id FROM source_files WHERE source = ?", (name,))
         doc_ids = [row[0] for row in held]
         if not db.execute("DELETE FROM sources WHERE name = ?", (name,)).rowcount:
-            raise SourceNotFoundError(name)
+            raise _no_source(name)
     return doc_ids
 
 
@@ -110,7 +114,7 @@ def claim(shard: TenantShard, name: str, now: float) -> None:
     with shard.transaction(write=True) as db:
         row = db.execute("SELECT running FROM sources WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise SourceNotFoundError(name)
+            raise _no_source(name)
         if row[0] is not None and _alive(json.loads(row[0]), now):
             began = now - json.loads(row[0])["at"]
             raise ConflictError(

@@ -35,7 +35,7 @@ from index.access import Access
 from index.errors import ConflictError, DocumentNotFoundError
 from index.pipeline import IngestPipeline, SourceFile, doc_id_for
 from index.sources import state
-from index.sources.folder import Entry
+from index.sources.folder import Entry, FolderSource
 from index.sources.state import Declared
 from index.store.shard import TenantShard
 
@@ -88,14 +88,18 @@ def sync(
     confirm_deletes: bool = False,
     progress: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.time,
+    source: FolderSource | None = None,
 ) -> Run:
     """Run ``declared`` once into ``shard`` (through ``pipeline``, the tenant's); ``progress``
-    is told of each file handled after the listing. SourceUnreachableError or
-    SourceShrankError: nothing was changed."""
+    is told of each file handled after the listing; ``source``: what lists and reads the files
+    (by default the one ``declared`` names). SourceUnreachableError or SourceShrankError:
+    nothing was changed."""
     started, run = clock(), Run(declared.name)
+    source = source or declared.source()
     state.claim(shard, declared.name, started)
     try:
-        _run(shard, pipeline, declared, run, confirm_deletes, progress or (lambda n: None), clock)
+        _run(shard, pipeline, declared, source, run, confirm_deletes,
+             progress or (lambda n: None), clock)  # fmt: skip
     except BaseException as exc:  # Ctrl-C too: the claim is given back, the stop recorded
         run.error = f"{type(exc).__name__}: {exc}"
         run.finished_at = clock()
@@ -117,8 +121,8 @@ def due(declared: Declared, now: float) -> float:
     return max(0.0, declared.last_run["finished_at"] + declared.every_s - now)
 
 
-def _run(shard, pipeline, declared, run, confirm_deletes, progress, clock) -> None:
-    source, name, rules = declared.source(), declared.name, declared.rules
+def _run(shard, pipeline, declared, source, run, confirm_deletes, progress, clock) -> None:
+    name, rules = declared.name, declared.rules
     with shard.transaction() as db:
         (previous,) = db.execute(
             "SELECT count(*) FROM source_files WHERE source = ?", (name,)
@@ -194,7 +198,7 @@ def _run(shard, pipeline, declared, run, confirm_deletes, progress, clock) -> No
         state.claim_again(shard, name, clock())
         progress(count)
 
-    _ingest(shard, pipeline, declared, run, this, pending, by_hash, moved, recorded)
+    _ingest(shard, pipeline, declared, source, run, this, pending, by_hash, moved, recorded)
 
     for row in gone:
         if row.path in moved:
@@ -206,11 +210,11 @@ def _run(shard, pipeline, declared, run, confirm_deletes, progress, clock) -> No
         run.deleted += row.error is None
 
 
-def _ingest(shard, pipeline, declared, run, this, entries, by_hash, moved_from, recorded):
+def _ingest(shard, pipeline, declared, source, run, this, entries, by_hash, moved_from, recorded):
     """The new and changed files, read one at a time as the pipeline takes them (one ingest
     call: the vector index is saved once, at its end); recorded every BATCH results, each
     record after the pipeline's commit of the documents it names."""
-    name, rules, tenant, source = declared.name, declared.rules, shard.tenant, declared.source()
+    name, rules, tenant = declared.name, declared.rules, shard.tenant
     read = {}
 
     def files():

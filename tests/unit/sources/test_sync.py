@@ -45,8 +45,7 @@ def world(fake_service, tmp_path):
 
         source.read = counted
         current = state.get(shard, "share")
-        object.__setattr__(current, "source", lambda: source)
-        return sync(shard, fake_service.pipeline(TENANT), current, **kwargs)
+        return sync(shard, fake_service.pipeline(TENANT), current, source=source, **kwargs)
 
     return folder, shard, fake_service, run, reads
 

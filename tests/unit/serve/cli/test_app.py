@@ -13,10 +13,13 @@ def test_every_command_is_registered_in_the_help_order():
     assert list(root.commands) == [
         "ingest", "search", "docs", "access", "delete", "reindex", "stats", "ask", "eval",
         "check-config", "usage", "audit", "backup", "restore", "up", "models", "keys", "stores",
+        "sources",
     ]  # fmt: skip
-    groups = {name: list(root.commands[name].commands) for name in ("models", "keys", "stores")}
+    groups = {name: list(root.commands[name].commands)
+              for name in ("models", "keys", "stores", "sources")}  # fmt: skip
     assert groups == {
         "models": ["list", "fetch"],
         "keys": ["create", "list", "budget", "revoke"],
         "stores": ["list", "create", "show", "add", "remove", "delete"],
+        "sources": ["add", "list", "sync", "watch", "remove"],
     }
