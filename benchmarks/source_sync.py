@@ -100,6 +100,8 @@ def resume(root: Path, files: int) -> None:
         time.sleep(0.2)
     os.kill(killer.pid, signal.SIGKILL)
     killer.wait()
+    with svc.shard("t").transaction() as db:  # what the killed run had recorded
+        (done,) = db.execute("SELECT count(*) FROM source_files").fetchone()
     svc.close()
     run, seconds = source_run(data, "t", folder)
     svc = service(data)
@@ -107,10 +109,10 @@ def resume(root: Path, files: int) -> None:
     svc.close()
     twice = sum(d.version > 1 for d in documents)
     print(f"| {files:,} files, the first run SIGKILLed with {done:,} recorded | resumed in "
-          f"{seconds:.0f} s: {run.added:,} added, {run.unchanged:,} found unchanged (ingested "
-          f"before the kill, not yet recorded: read, not embedded again), {run.changed} "
-          f"changed | {len(documents):,} documents, {twice} ingested twice |",
-          flush=True)  # fmt: skip
+          f"{seconds:.0f} s: {run.added:,} added, {run.unchanged:,} unchanged ({done:,} recorded, "
+          f"not read; {run.unchanged - done:,} ingested before the kill but not recorded: read, "
+          f"not embedded again), {run.changed} changed | {len(documents):,} documents, "
+          f"{twice} ingested twice |", flush=True)  # fmt: skip
 
 
 def main() -> None:
