@@ -29,20 +29,10 @@ from serve.shards.host import ShardHost
 from serve.state.database import StateConfig
 from serve.state.shard_owners import ShardOwners
 from serve.state.shard_snapshots import ShardSnapshots
+from serve.testing import FixedPlacement
 
 WORDS = ["leave", "travel", "expense", "policy", "approval", "manager", "budget", "claim",
          "receipt", "hotel"]  # fmt: skip
-
-
-class Node:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def node(self) -> str:
-        return self.name
-
-    def holder(self) -> str:
-        return f"replica-{self.name}"
 
 
 def text(doc: int, version: int) -> bytes:
@@ -55,7 +45,7 @@ async def run(url: str, documents: int, history: int, every: int) -> dict:
     config = load_config(None, data_dir=str(folder), state={"url": url, "snapshot_every": every})
     start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
     tenant = f"t{history}-{every}-{time.time_ns()}"
-    a = ShardHost(config, start, Node("a"))
+    a = ShardHost(config, start, FixedPlacement("a"))
     started = time.perf_counter()
     for n in range(history):
         doc = n % documents
@@ -70,7 +60,7 @@ async def run(url: str, documents: int, history: int, every: int) -> dict:
     state = snapshots.state(tenant)
     snapshots.close()
     owners.close()
-    b = ShardHost(config, start, Node("b"))
+    b = ShardHost(config, start, FixedPlacement("b"))
     started = time.perf_counter()
     files = await b.files(tenant, OPERATOR)
     took = time.perf_counter() - started

@@ -79,6 +79,20 @@ class ScriptedGenerator:
         return {yes: math.log(p_yes), no: math.log(1 - p_yes)}
 
 
+class FixedPlacement:
+    """A ShardHost's placement outside Ray (serve/shards/ownership.py ``Placement``): node
+    ``name`` (its folder of shard copies) and the holder ``replica-<name>``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def node(self) -> str:
+        return self.name
+
+    def holder(self) -> str:
+        return f"replica-{self.name}"
+
+
 class LocalShards:
     """serve/shards/host.py's ShardHost behind the shape of the Shards deployment's handle
     (``options(multiplexed_model_id=...)``, then ``method.remote(...)``), in this process:

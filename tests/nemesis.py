@@ -273,12 +273,12 @@ async def _fresh_replay(postgres, root: Path) -> dict[str, tuple]:
     from serve.config import load_config
     from serve.shards.host import ShardHost
     from serve.state.shard_owners import ShardOwnedElsewhereError
-    from tests.integration.nemesis_replica import Node
+    from serve.testing import FixedPlacement
 
     config = load_config(None, data_dir=str(root), state={"url": postgres.url})
     host = ShardHost(config, lambda r: IndexService(config.index, r,
                                                     embedder=HashingEmbedder()).start(),
-                     Node("fresh"))  # fmt: skip
+                     FixedPlacement("fresh"))  # fmt: skip
     while True:
         try:
             files = await host.files(TENANT, OPERATOR)

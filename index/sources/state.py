@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from index.errors import ConflictError, DocumentNotFoundError, InvalidRequestError
 from index.sources.folder import FolderSource, open_source
@@ -58,8 +59,8 @@ def parse_location(spec: str) -> tuple[str, str]:
         raise InvalidRequestError(
             f"source {spec!r}: write it as kind:location, e.g. folder:/mnt/hr", param="source"
         )
-    if kind == "folder":
-        return kind, location
+    if kind == "folder":  # absolute: a run from another working directory finds it too
+        return kind, str(Path(location).expanduser().resolve())
     raise InvalidRequestError(f"source kind {kind!r}: folder (WebDAV and S3 are to come)",
                               param="source")  # fmt: skip
 

@@ -31,18 +31,7 @@ from serve.identity.oidc import Authenticator
 from serve.query.pipeline import QueryPipeline
 from serve.shards.host import ShardHost
 from serve.shards.tenant import TenantShards
-from serve.testing import LocalShards, ScriptedGenerator
-
-
-class Node:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def node(self) -> str:
-        return self.name
-
-    def holder(self) -> str:
-        return f"replica-{self.name}"
+from serve.testing import FixedPlacement, LocalShards, ScriptedGenerator
 
 
 class Embedder:
@@ -69,7 +58,7 @@ def main() -> None:
     linked = config.model_copy(update={"state": config.state.model_copy(
         update={"url": SecretStr(shards_url)})})  # fmt: skip
     start = lambda root: IndexService(config.index, root, embedder=embedder).start()  # noqa: E731
-    host = ShardHost(linked, start, Node(node))
+    host = ShardHost(linked, start, FixedPlacement(node))
     shards = LocalShards(host)
     pipeline = QueryPipeline(RemoteSearcher(Embedder(), shards), ScriptedGenerator("No."),
                              config.query)  # fmt: skip

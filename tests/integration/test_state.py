@@ -14,6 +14,7 @@ import pytest
 from index.errors import RateLimitError
 from serve.accounting.budgets import Budget, BudgetsConfig, Ledger
 from serve.state.database import StateConfig, StateUnavailableError
+from serve.testing import FixedPlacement
 
 pytestmark = pytest.mark.integration
 
@@ -308,16 +309,6 @@ def test_a_replica_cut_off_from_the_state_server_stops_serving_before_a_takeover
     from serve.state.shard_owners import LeaseLostError, ShardOwnedElsewhereError
     from tests.faults import FreezingProxy
 
-    class At:
-        def __init__(self, node: str) -> None:
-            self.node_id = node
-
-        def node(self) -> str:
-            return self.node_id
-
-        def holder(self) -> str:
-            return f"replica-{self.node_id}"
-
     proxy = FreezingProxy(("127.0.0.1", postgres.port))
     lease_s, tenant = 2.0, "fenced"
     hana = Reader("user:hana", frozenset({"user:hana", "group:hr"}))
@@ -326,7 +317,7 @@ def test_a_replica_cut_off_from_the_state_server_stops_serving_before_a_takeover
         config = load_config(None, data_dir=str(tmp_path),
                              state={"url": url, "shard_lease_s": lease_s})  # fmt: skip
         start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
-        return ShardHost(config, start, At(node))
+        return ShardHost(config, start, FixedPlacement(node))
 
     a = replica("a", postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/"))
     b = replica("b", postgres.url)
@@ -531,18 +522,11 @@ def test_a_write_whose_commit_reply_was_lost_is_applied_before_the_next_one(post
     from serve.state.database import OutcomeUnknownError
     from tests.faults import FreezingProxy
 
-    class At:
-        def node(self) -> str:
-            return "a"
-
-        def holder(self) -> str:
-            return "replica-a"
-
     proxy = FreezingProxy(("127.0.0.1", postgres.port))
     config = load_config(None, data_dir=str(tmp_path), state={
         "url": postgres.url.replace(f":{postgres.port}/", f":{proxy.port}/")})  # fmt: skip
     start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
-    host, tenant = ShardHost(config, start, At()), "unknown-outcome"
+    host, tenant = ShardHost(config, start, FixedPlacement("a")), "unknown-outcome"
 
     async def scenario():
         first, _ = await host.upload(tenant, OPERATOR, "leave.txt", b"Leave: 27 days.", 30)
@@ -673,19 +657,6 @@ def test_one_statement_renews_a_holders_leases_and_leaves_out_those_it_lost(post
     owners.close()
 
 
-class _Node:
-    """A ShardHost's placement: node ``name`` (its folder), holder ``replica-<name>``."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def node(self) -> str:
-        return self.name
-
-    def holder(self) -> str:
-        return f"replica-{self.name}"
-
-
 def test_a_takeover_starts_from_the_snapshot_and_replays_only_the_log_after_it(postgres, tmp_path):
     """Hole 7 (recovery grows with history): the owner snapshots the tenant every 5 writes,
     storing it on the state server and deleting the log below it. A new node (an empty
@@ -717,7 +688,7 @@ def test_a_takeover_starts_from_the_snapshot_and_replays_only_the_log_after_it(p
     took = []  # per takeover: (log entries replayed, whether the snapshot was fetched)
 
     def host(name: str) -> ShardHost:
-        made = ShardHost(config, start, _Node(name))
+        made = ShardHost(config, start, FixedPlacement(name))
         catch_up, fetch, fetched = made.snapshots.catch_up, made.snapshots.store.fetch, []
 
         async def counted(*args):

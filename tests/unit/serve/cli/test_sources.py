@@ -57,7 +57,7 @@ def test_a_folder_declared_run_listed_and_removed(data_dir, tmp_path):
     assert json.loads(grounded(data_dir, "docs", "-t", "acme", "--json").stdout)["documents"] == []
 
 
-def test_mistakes_are_named(data_dir, tmp_path):
+def test_mistakes_are_named(data_dir, tmp_path, monkeypatch):
     missing = grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
                        f"folder:{tmp_path / 'nowhere'}", code=1)  # fmt: skip
     assert "is not there" in missing.output
@@ -69,5 +69,10 @@ def test_mistakes_are_named(data_dir, tmp_path):
                                    f"folder:{tmp_path}", code=1).output  # fmt: skip
     assert "10m" in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
                              f"folder:{tmp_path}", "--every", "often", code=1).output  # fmt: skip
+    (tmp_path / "rel").mkdir()
+    monkeypatch.chdir(tmp_path)
+    grounded(data_dir, "sources", "add", "-t", "acme", "--name", "rel", "folder:rel")
+    assert json.loads(grounded(data_dir, "sources", "list", "-t", "acme", "--json").stdout)[0][
+        "location"] == str(tmp_path / "rel")  # fmt: skip
     assert "no source 'nope'" in grounded(data_dir, "sources", "sync", "-t", "acme", "nope",
                                           code=1).output  # fmt: skip
