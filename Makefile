@@ -60,9 +60,11 @@ $(STAMP): pyproject.toml
 
 # System tools from Debian's packages: Tesseract and its English and French packs (OCR of scans
 # and images), the DejaVu fonts (the tests render scans with them), a real Prometheus server
-# for the metrics test, and a PostgreSQL server for the shared-state tests (each test run
-# starts its own cluster in a temporary folder: tests/postgres.py).
-DEBS := tesseract-ocr tesseract-ocr-eng tesseract-ocr-fra fonts-dejavu-core prometheus postgresql
+# for the metrics test, a PostgreSQL server for the shared-state tests (each test run
+# starts its own cluster in a temporary folder: tests/postgres.py), and setfacl (the POSIX
+# ACLs a folder source reads: tests/unit/sources/test_posix.py).
+DEBS := tesseract-ocr tesseract-ocr-eng tesseract-ocr-fra fonts-dejavu-core prometheus postgresql \
+	acl
 
 $(TOOLS): $(STAMP) Makefile
 	dpkg -s $(DEBS) >/dev/null 2>&1 || { $(SUDO) apt-get update && \

@@ -1,7 +1,8 @@
-"""Who may read a source's files, from their paths: rules ``glob=access``, the first that
-matches a file's path deciding (``hr/**=group:hr``, ``public/**=tenant``), then the source's
-default. A glob is matched against the path below the source's root; ``**`` crosses folders,
-``*`` does not."""
+"""Who may read a source's files: rules ``glob=access``, the first that matches a file's path
+deciding (``hr/**=group:hr``, ``public/**=tenant``), then, for a folder read with
+``access_from: posix``, the file's own permissions (index/sources/posix.py, names mapped
+through ``names``), else the source's default. A glob is matched against the path below the
+source's root; ``**`` crosses folders, ``*`` does not."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from functools import cached_property
 
 from index.access import Access, parse_access
 from index.errors import InvalidRequestError
+from index.sources.kinds import Entry
+from index.sources.posix import readers
 
 
 @dataclass(frozen=True)
@@ -27,27 +30,39 @@ class Rule:
 class AccessRules:
     rules: tuple[Rule, ...] = ()
     default: Access = None
+    posix: bool = False  # the file system's permissions before the default
+    names: tuple[tuple[str, str], ...] = ()  # principal -> the identity provider's name
 
-    def access(self, path: str) -> Access:
+    def access(self, entry: Entry | str) -> Access:
+        path = entry if isinstance(entry, str) else entry.path
         for rule in self.rules:
             if rule.pattern.fullmatch(path):
                 return rule.access
+        if self.posix and not isinstance(entry, str) and entry.permissions is not None:
+            return readers(entry.permissions, dict(self.names))
         return self.default
 
     def json(self) -> dict:
-        return {"rules": [[r.glob, list(r.access) if r.access else None] for r in self.rules],
-                "default": list(self.default) if self.default else None}  # fmt: skip
+        return {"rules": [[r.glob, _listed(r.access)] for r in self.rules],
+                "default": _listed(self.default), "posix": self.posix,
+                "names": dict(self.names)}  # fmt: skip
 
     @classmethod
     def of_json(cls, stored: dict) -> AccessRules:
-        rules = tuple(Rule(glob, tuple(a) if a else None) for glob, a in stored["rules"])
-        default = stored["default"]
-        return cls(rules, tuple(default) if default else None)
+        rules = tuple(Rule(glob, _access(a)) for glob, a in stored["rules"])
+        names = tuple(stored.get("names", {}).items())
+        return cls(rules, _access(stored["default"]), stored.get("posix", False), names)
 
     @classmethod
-    def parse(cls, default: str | None, rules: list[str]) -> AccessRules:
+    def parse(
+        cls,
+        default: str | None,
+        rules: list[str],
+        posix: bool = False,
+        names: list[str] = (),  # type: ignore[assignment]
+    ) -> AccessRules:
         """``default``: an access value (index/access.py) or None (the tenant); ``rules``:
-        ``glob=access`` strings, in order."""
+        ``glob=access`` strings, in order; ``names``: ``principal=principal`` pairs."""
         parsed = []
         for text in rules:
             glob, sep, value = text.partition("=")
@@ -58,7 +73,26 @@ class AccessRules:
                     param="rule",
                 )
             parsed.append(Rule(glob.strip(), parse_access(value)))
-        return cls(tuple(parsed), parse_access(default) if default is not None else None)
+        mapped = []
+        for text in names:
+            local, _, remote = text.partition("=")
+            pair = parse_access(local or "-", "name"), parse_access(remote or "-", "name")
+            if any(p is None or len(p) != 1 for p in pair) or pair[0][0][:5] != pair[1][0][:5]:
+                raise InvalidRequestError(
+                    f"name mapping {text!r}: write it as user:local=user:remote (or group:...)",
+                    param="name",
+                )
+            mapped.append((pair[0][0], pair[1][0]))
+        default_access = parse_access(default) if default is not None else None
+        return cls(tuple(parsed), default_access, posix, tuple(mapped))
+
+
+def _listed(access: Access) -> list[str] | None:
+    return None if access is None else list(access)
+
+
+def _access(stored: list[str] | None) -> Access:
+    return None if stored is None else tuple(stored)
 
 
 def glob_pattern(glob: str) -> re.Pattern:

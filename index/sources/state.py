@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from index.errors import ConflictError, DocumentNotFoundError, InvalidRequestError
-from index.sources.folder import FolderSource, open_source
+from index.sources.kinds import Source, open_source, parse_location
 from index.sources.rules import AccessRules
 from index.store.shard import TenantShard
 
@@ -30,8 +30,8 @@ class Declared:
     last_run: dict | None = None
     files: int = 0  # files it holds (documents, and refused files retried when they change)
 
-    def source(self) -> FolderSource:
-        return open_source(self.kind, self.location)
+    def source(self) -> Source:
+        return open_source(self.name, self.kind, self.location, self.rules.posix)
 
 
 class SourceNotFoundError(DocumentNotFoundError):
@@ -52,17 +52,44 @@ def check_name(name: str) -> str:
     return name
 
 
-def parse_location(spec: str) -> tuple[str, str]:
-    """``kind:location`` (``folder:/mnt/hr``) as (kind, location)."""
-    kind, sep, location = spec.partition(":")
-    if not sep or not location:
+def parse_every(text: str | None) -> float | None:
+    """``30s``, ``10m``, ``2h``, ``1d``: seconds; None: on demand only."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    if not match or int(match[1]) == 0:
+        raise InvalidRequestError(f"every {text!r}: a duration such as 10m, 1h or 1d",
+                                  param="every")  # fmt: skip
+    return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86_400}[match[2]]
+
+
+def declare(
+    shard: TenantShard,
+    name: str,
+    spec: str,
+    *,
+    access: str | None = None,
+    rules: list[str] = (),  # type: ignore[assignment]
+    every: str | None = None,
+    posix: bool = False,
+    names: list[str] = (),  # type: ignore[assignment]
+) -> Declared:
+    """A source declared from what an operator wrote (the CLI's options, the HTTP API's
+    fields): checked, and listed once so that a source that cannot be reached (a wrong
+    path, URL or credentials) is refused now rather than at its first run."""
+    kind, location = parse_location(spec)
+    if posix and kind != "folder":
         raise InvalidRequestError(
-            f"source {spec!r}: write it as kind:location, e.g. folder:/mnt/hr", param="source"
+            f"access_from posix: only folder sources carry POSIX permissions ({kind} has "
+            "none that reach Grounded); give rules or a default access instead",
+            param="access_from",
         )
-    if kind == "folder":  # absolute: a run from another working directory finds it too
-        return kind, str(Path(location).expanduser().resolve())
-    raise InvalidRequestError(f"source kind {kind!r}: folder (WebDAV and S3 are to come)",
-                              param="source")  # fmt: skip
+    declared = Declared(check_name(name), kind, location,
+                        AccessRules.parse(access, list(rules), posix, list(names)),
+                        parse_every(every))  # fmt: skip
+    next(iter(declared.source().entries()), None)
+    add(shard, declared)
+    return declared
 
 
 def add(shard: TenantShard, declared: Declared) -> None:

@@ -1,7 +1,7 @@
 """One run of a source: the tenant's documents brought in step with what the source holds now.
 
-The source is listed as a stream; a file whose size and modification time are what the last
-run recorded is not read. Then, in one pass over what changed:
+The source is listed as a stream; a file whose size, modification time and version (an ETag)
+are what the last run recorded is not read. Then, in one pass over what changed:
 
 - a new or changed file is ingested through the pipeline (a changed one keeps its document id;
   content that is the same after all only has its recorded time updated);
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -35,8 +34,9 @@ from index.access import Access
 from index.errors import ConflictError, DocumentNotFoundError
 from index.pipeline import IngestPipeline, SourceFile, doc_id_for
 from index.sources import state
-from index.sources.folder import Entry, FolderSource
+from index.sources.kinds import Entry, Source
 from index.sources.state import Declared
+from index.store.rows import access_json, access_of
 from index.store.shard import TenantShard
 
 BATCH = 64  # results recorded at a time (what a stopped run does again)
@@ -74,10 +74,15 @@ class _Row:
     path: str
     size: int
     mtime_ns: int
+    version: str
     sha256: str
     doc_id: str
     access: Access
     error: str | None
+
+    @property
+    def stamp(self) -> tuple[int, int, str]:
+        return self.size, self.mtime_ns, self.version
 
 
 def sync(
@@ -88,7 +93,7 @@ def sync(
     confirm_deletes: bool = False,
     progress: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.time,
-    source: FolderSource | None = None,
+    source: Source | None = None,
 ) -> Run:
     """Run ``declared`` once into ``shard`` (through ``pipeline``, the tenant's); ``progress``
     is told of each file handled after the listing; ``source``: what lists and reads the files
@@ -142,11 +147,11 @@ def _run(shard, pipeline, declared, source, run, confirm_deletes, progress, cloc
                 if row is not None:
                     db.execute("UPDATE source_files SET seen = ? WHERE source = ? AND path = ?",
                                (this, name, entry.path))  # fmt: skip
-                if row is None or (row.size, row.mtime_ns) != (entry.size, entry.mtime_ns):
+                if row is None or row.stamp != (entry.size, entry.mtime_ns, entry.version):
                     pending.append(entry)
                     continue
-                if row.error is None and row.access != rules.access(entry.path):
-                    relisted.append(row)
+                if row.error is None and row.access != rules.access(entry):
+                    relisted.append((row, rules.access(entry)))
                 else:
                     run.unchanged += 1
                     run.failed += row.error is not None
@@ -179,11 +184,11 @@ def _run(shard, pipeline, declared, source, run, confirm_deletes, progress, cloc
             param="source",
         )
 
-    for row in relisted:  # access lists changed alone: nothing read, nothing embedded
-        access = rules.access(row.path)
+    for row, access in relisted:  # access lists changed alone: nothing read, nothing embedded
         with contextlib.suppress(DocumentNotFoundError):
             shard.set_access(row.doc_id, access)
-        kept = (row.path, row.size, row.mtime_ns, row.sha256, row.doc_id, access, None)
+        kept = (row.path, row.size, row.mtime_ns, row.version, row.sha256, row.doc_id, access,
+                None)  # fmt: skip
         _record(shard, name, this, kept)
         run.access += 1
         progress(1)
@@ -219,14 +224,21 @@ def _ingest(shard, pipeline, declared, source, run, this, entries, by_hash, move
 
     def files():
         for entry in entries:
+            access = rules.access(entry)
+            with shard.transaction() as db:
+                row = _row(db, name, entry.path)
+            doc_id = row.doc_id if row else doc_id_for(f"source:{tenant}:{name}:{entry.path}")
+            if entry.size > pipeline.limits.max_bytes:  # not read: refused as an upload is
+                reason = (f"{entry.size:,} bytes is more than limits.max_bytes "
+                          f"({pipeline.limits.max_bytes:,})")  # fmt: skip
+                _record(shard, name, this, refuse(entry, doc_id, access, reason, row))
+                continue
             try:
                 data = source.read(entry.path)
             except OSError as exc:  # gone or unreadable since it was listed: the next run
                 _fail(run, entry.path, f"unreadable ({exc.strerror or exc})")
                 continue
-            digest, access = hashlib.sha256(data).hexdigest(), rules.access(entry.path)
-            with shard.transaction() as db:
-                row = _row(db, name, entry.path)
+            digest = hashlib.sha256(data).hexdigest()
             key = f"{declared.kind}:{declared.location}/{entry.path}"
             moved = by_hash[digest].pop() if row is None and by_hash.get(digest) else None
             if moved is not None:  # the same bytes at a new path: a move or a rename
@@ -237,28 +249,35 @@ def _ingest(shard, pipeline, declared, source, run, this, entries, by_hash, move
                 with shard.transaction(write=True) as db:
                     db.execute("DELETE FROM source_files WHERE source = ? AND path = ?",
                                (name, moved.path))  # fmt: skip
-                _record(shard, name, this, (entry.path, entry.size, entry.mtime_ns, digest,
-                                            moved.doc_id, access, None))  # fmt: skip
+                _record(shard, name, this, (*_stamp(entry), digest, moved.doc_id, access, None))
                 run.moved += 1
                 continue
-            doc_id = row.doc_id if row else doc_id_for(f"source:{tenant}:{name}:{entry.path}")
             read[key] = (entry, digest, access, row, doc_id)
             yield SourceFile.from_bytes(data, _file_name(entry.path), source=key, doc_id=doc_id,
                                         access=access, owner=f"source:{name}")  # fmt: skip
 
+    def refuse(entry, doc_id, access, reason, row, digest="") -> tuple:
+        """A refused file is recorded (tried again once it changes); a previous version's
+        document stays, with the file's access list as it is now."""
+        _fail(run, entry.path, reason)
+        if row is not None and row.error is None and row.access != access:
+            with contextlib.suppress(DocumentNotFoundError):
+                shard.set_access(doc_id, access)
+        return (*_stamp(entry), digest, doc_id, access, reason)
+
     done = []
     for result in pipeline.ingest(files()):
         entry, digest, access, row, doc_id = read.pop(result.source)
-        refused = result.reason if result.status == "refused" else None
-        done.append((entry.path, entry.size, entry.mtime_ns, digest, doc_id, access, refused))
-        if refused:
-            _fail(run, entry.path, refused)
-        elif result.status == "unchanged":
-            run.unchanged += 1
-        elif row is None or (row.error is not None and result.status == "added"):
-            run.added += 1
+        if result.status == "refused":
+            done.append(refuse(entry, doc_id, access, result.reason, row, digest))
         else:
-            run.changed += 1
+            done.append((*_stamp(entry), digest, doc_id, access, None))
+            if result.status == "unchanged":
+                run.unchanged += 1
+            elif row is None or (row.error is not None and result.status == "added"):
+                run.added += 1
+            else:
+                run.changed += 1
         if len(done) >= BATCH:
             _record(shard, name, this, *done)
             recorded(len(done))
@@ -273,17 +292,20 @@ def _fail(run: Run, path: str, reason: str) -> None:
         run.failures.append([path, reason])
 
 
+def _stamp(entry: Entry) -> tuple[str, int, int, str]:
+    return entry.path, entry.size, entry.mtime_ns, entry.version
+
+
 def _file_name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-_COLUMNS = "path, size, mtime_ns, sha256, doc_id, access, error"
+_COLUMNS = "path, size, mtime_ns, version, sha256, doc_id, access, error"
 
 
 def _of(row: tuple) -> _Row:
-    path, size, mtime_ns, sha256, doc_id, access, error = row
-    return _Row(path, size, mtime_ns, sha256, doc_id,
-                tuple(json.loads(access)) if access else None, error)  # fmt: skip
+    path, size, mtime_ns, version, sha256, doc_id, access, error = row
+    return _Row(path, size, mtime_ns, version, sha256, doc_id, access_of(access), error)
 
 
 def _row(db, name: str, path: str) -> _Row | None:
@@ -293,16 +315,16 @@ def _row(db, name: str, path: str) -> _Row | None:
 
 
 def _record(shard: TenantShard, name: str, this: int, *files: tuple) -> None:
-    """What the source gave for ``files`` ((path, size, mtime_ns, sha256, doc_id, access,
-    error) each), seen by run ``this``."""
+    """What the source gave for ``files`` ((path, size, mtime_ns, version, sha256, doc_id,
+    access, error) each), seen by run ``this``."""
     with shard.transaction(write=True) as db:
-        for path, size, mtime_ns, sha256, doc_id, access, error in files:
+        for path, size, mtime_ns, version, sha256, doc_id, access, error in files:
             db.execute(
-                "INSERT INTO source_files (source, path, size, mtime_ns, sha256, doc_id, access, "
-                "error, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, path) DO "
-                "UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, sha256 = "
-                "excluded.sha256, doc_id = excluded.doc_id, access = excluded.access, error = "
-                "excluded.error, seen = excluded.seen",
-                (name, path, size, mtime_ns, sha256, doc_id,
-                 json.dumps(list(access)) if access else None, error, this),
+                "INSERT INTO source_files (source, path, size, mtime_ns, version, sha256, doc_id, "
+                "access, error, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, "
+                "path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, "
+                "version = excluded.version, sha256 = excluded.sha256, doc_id = excluded.doc_id, "
+                "access = excluded.access, error = excluded.error, seen = excluded.seen",
+                (name, path, size, mtime_ns, version, sha256, doc_id, access_json(access), error,
+                 this),
             )  # fmt: skip

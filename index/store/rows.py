@@ -180,6 +180,19 @@ def add_owner_columns(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
 
 
+def add_source_version_column(db: sqlite3.Connection) -> None:
+    """Shards whose sources were declared before remote kinds: the files' ETag column."""
+    if "version" not in {row[1] for row in db.execute("PRAGMA table_info(source_files)")}:
+        db.execute("ALTER TABLE source_files ADD COLUMN version TEXT NOT NULL DEFAULT ''")
+
+
+def migrate_columns(db: sqlite3.Connection) -> None:
+    """The columns added since the first release, added to a shard written before them."""
+    for add in (add_flags_column, add_loader_version_column, add_access_column,
+                add_owner_columns, add_source_version_column):  # fmt: skip
+        add(db)
+
+
 def readable_sql(reader: Reader, table: str) -> tuple[str, list[str]]:
     """A SQL condition (and its parameters) true for the rows of ``table`` (an alias of
     ``documents`` or ``uploads``: their ``access`` column) that ``reader`` may read:

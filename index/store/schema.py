@@ -122,8 +122,8 @@ CREATE INDEX IF NOT EXISTS vector_store_batches_by_store ON vector_store_batches
 -- source_files holds what each file last was at the source and which document it is.
 CREATE TABLE IF NOT EXISTS sources (
     name       TEXT PRIMARY KEY,
-    kind       TEXT NOT NULL,                  -- folder
-    location   TEXT NOT NULL,                  -- the folder's path
+    kind       TEXT NOT NULL,                  -- folder, webdav, s3
+    location   TEXT NOT NULL,                  -- the folder's path, or the URL
     access     TEXT NOT NULL,                  -- JSON: rules by path glob, and the default
     every_s    REAL,                           -- how often it runs (NULL: on demand only)
     created_at INTEGER NOT NULL,
@@ -135,6 +135,7 @@ CREATE TABLE IF NOT EXISTS source_files (
     path     TEXT NOT NULL,                    -- below the source's root, '/'-separated
     size     INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
+    version  TEXT NOT NULL DEFAULT '',         -- the source's ETag ('' where it has none)
     sha256   TEXT NOT NULL,
     doc_id   TEXT NOT NULL,                    -- the document it is (NULL never: see error)
     access   TEXT,                             -- JSON: the readers its rules gave; NULL tenant

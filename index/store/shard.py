@@ -34,14 +34,11 @@ from index.store.rows import (
     StoredVersion,
     access_json,
     access_of,
-    add_access_column,
-    add_flags_column,
-    add_loader_version_column,
-    add_owner_columns,
     hits_of,
     insert_document,
     lexical_query,
     matching_doc_ids,
+    migrate_columns,
     record,
     rename_rows,
     store_manifest,
@@ -456,5 +453,4 @@ class TenantShard:
 def _migrate(db: sqlite3.Connection) -> None:
     """The schema, and the columns added since the first release."""
     db.executescript(SCHEMA)
-    for add in (add_flags_column, add_loader_version_column, add_access_column, add_owner_columns):
-        add(db)
+    migrate_columns(db)

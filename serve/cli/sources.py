@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 from typing import Annotated
 
 import typer
 
-from index.errors import DocumentNotFoundError, InvalidRequestError
+from index.errors import DocumentNotFoundError
 from index.sources import state
-from index.sources.rules import AccessRules
 from index.sources.state import Declared
 from index.sources.sync import due
 from index.sources.sync import sync as run_source
@@ -34,17 +32,6 @@ commands = typer.Typer(
     no_args_is_help=True,
 )
 NameArg = Annotated[str, typer.Argument(help="The source's name (lowercase, - and _).")]
-
-
-def parse_every(text: str | None) -> float | None:
-    """``30s``, ``10m``, ``2h``, ``1d``: seconds; None: on demand only."""
-    if text is None:
-        return None
-    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
-    if not match or int(match[1]) == 0:
-        raise InvalidRequestError(f"--every {text!r}: a duration such as 10m, 1h or 1d",
-                                  param="every")  # fmt: skip
-    return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86_400}[match[2]]
 
 
 @commands.command("add")
@@ -73,16 +60,32 @@ def add(
         str | None,
         typer.Option("--every", help="How often it should run (10m, 1h)."),
     ] = None,
+    access_from: Annotated[
+        str | None,
+        typer.Option(
+            "--access-from",
+            help="'posix': a folder's files readable by their owner, group and ACL "
+            "entries (world-readable: the tenant), after the rules.",
+        ),
+    ] = None,
+    name_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--map",
+            help="principal=principal (repeatable): a POSIX name as the identity provider "
+            "spells it, e.g. 'user:ana=user:ana@example.com'.",
+        ),
+    ] = None,
 ) -> None:
     """Declare a source; `grounded sources sync NAME` runs it."""
+    if access_from not in (None, "posix"):
+        raise typer.BadParameter("--access-from takes 'posix'", param_hint="--access-from")
 
     def work() -> Declared:
-        kind, where = state.parse_location(location)
-        declared = Declared(state.check_name(name), kind, where,
-                            AccessRules.parse(access, rule or []), parse_every(every))  # fmt: skip
-        declared.source().check()  # a path that is not there: refused now, not at its run
-        state.add(ctx.obj.index().shard(tenant, create=True), declared)
-        return declared
+        shard = ctx.obj.index().shard(tenant, create=True)
+        return state.declare(shard, name, location, access=access, rules=rule or [],
+                             every=every, posix=access_from == "posix",
+                             names=name_map or [])  # fmt: skip
 
     declared = _run(work)
     out.print(f"source {declared.name}: {declared.kind}:{declared.location}; run it with "

@@ -12,7 +12,8 @@ from index.access import OPERATOR, Reader
 from index.errors import ConflictError
 from index.pipeline import SourceFile
 from index.sources import state
-from index.sources.folder import FolderSource, SourceUnreachableError
+from index.sources.folder import FolderSource
+from index.sources.kinds import SourceUnreachableError
 from index.sources.rules import AccessRules
 from index.sources.state import Declared
 from index.sources.sync import SourceShrankError, sync

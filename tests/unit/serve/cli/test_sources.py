@@ -63,8 +63,17 @@ def test_mistakes_are_named(data_dir, tmp_path, monkeypatch):
     assert "is not there" in missing.output
     assert "kind:location" in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
                                        str(tmp_path), code=1).output  # fmt: skip
-    assert "webdav" in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
-                                "webdav:https://x", code=1).output.lower()  # fmt: skip
+    unreachable = grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
+                           "webdav:https://nowhere.invalid/dav", code=1).output  # fmt: skip
+    assert "cannot list https://nowhere.invalid/dav" in unreachable
+    assert "ftp, " not in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
+                                   "ftp://host/x", code=1).output  # fmt: skip
+    assert "folder, webdav, s3" in grounded(data_dir, "sources", "add", "-t", "acme", "--name",
+                                            "x", "ftp://host/x", code=1).output  # fmt: skip
+    assert "only folder sources" in grounded(
+        data_dir, "sources", "add", "-t", "acme", "--name", "x", "s3:bucket/docs",
+        "--access-from", "posix", code=1,
+    ).output  # fmt: skip
     assert "lowercase" in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "X Y",
                                    f"folder:{tmp_path}", code=1).output  # fmt: skip
     assert "10m" in grounded(data_dir, "sources", "add", "-t", "acme", "--name", "x",
