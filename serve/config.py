@@ -31,6 +31,7 @@ from serve.identity.audit import AuditConfig
 from serve.identity.oidc import AuthConfig
 from serve.query.config import QueryConfig
 from serve.query.routing import MODEL_ID, RouteConfig
+from serve.shards.sources import SourcesConfig
 from serve.state.database import StateConfig
 from serve.tracing import TracingConfig
 
@@ -230,6 +231,7 @@ class AppConfig(BaseSettings):
     auth: AuthConfig = AuthConfig()
     audit: AuditConfig = AuditConfig()
     state: StateConfig = StateConfig()
+    sources: SourcesConfig = SourcesConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -104,6 +104,24 @@ class Metrics:
             "unknown: lost while committing).",
             ("store", "code"),
         )
+        self.source_runs = Counter(
+            "grounded_source_runs_total", "Source runs by outcome (done, failed).",
+            ("tenant", "source", "outcome"),
+        )  # fmt: skip
+        self.source_files = Counter(
+            "grounded_source_files_total",
+            "Files a source's runs handled, by change (added, changed, moved, access, deleted, "
+            "failed).", ("tenant", "source", "change"),
+        )  # fmt: skip
+        self.source_documents = Gauge(
+            "grounded_source_documents", "Files a source holds after its last run.",
+            ("tenant", "source"),
+        )  # fmt: skip
+        self.source_last_success = Gauge(
+            "grounded_source_last_success_timestamp_seconds",
+            "When a source's last successful run ended (its lag: time() minus this).",
+            ("tenant", "source"),
+        )
         self.tenant_requests = Counter(
             "grounded_tenant_requests_total",
             "Chat requests per tenant and key by outcome (answered, abstained, cancelled, "

@@ -50,7 +50,7 @@ class FolderSource:
                 continue
             if child.is_dir(follow_symlinks=False):
                 yield from self._walk(Path(child.path), path + "/")
-            elif child.is_file() and wanted(path):
+            elif child.is_file(follow_symlinks=False) and wanted(path):  # links: not followed
                 stat = child.stat()
                 granted = permissions_of(child.path, stat) if self.permissions else None
                 yield Entry(path, stat.st_size, stat.st_mtime_ns, permissions=granted)

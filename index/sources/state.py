@@ -8,8 +8,10 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from index.errors import ConflictError, DocumentNotFoundError, InvalidRequestError
 from index.sources.kinds import Source, open_source, parse_location
@@ -29,6 +31,18 @@ class Declared:
     every_s: float | None = None
     last_run: dict | None = None
     files: int = 0  # files it holds (documents, and refused files retried when they change)
+    running: dict | None = None  # the run under way: its host, process, last report
+
+    def view(self) -> dict:
+        """The source as the CLI's --json and the HTTP API show it (never its credentials:
+        they are not part of it)."""
+        next_at = None
+        if self.every_s is not None:
+            next_at = self.last_run["finished_at"] + self.every_s if self.last_run else 0.0
+        return {"name": self.name, "kind": self.kind, "location": self.location,
+                "access": self.rules.json(), "every_s": self.every_s, "files": self.files,
+                "last_run": self.last_run, "running": self.running is not None,
+                "next_run_at": next_at}  # fmt: skip
 
     def source(self) -> Source:
         return open_source(self.name, self.kind, self.location, self.rules.posix)
@@ -38,7 +52,7 @@ class SourceNotFoundError(DocumentNotFoundError):
     """No source of that name in the tenant."""
 
 
-def _no_source(name: str) -> SourceNotFoundError:
+def no_source(name: str) -> SourceNotFoundError:
     return SourceNotFoundError(
         f"no source {name!r} in this tenant; `grounded sources list` names them", param="name"
     )
@@ -110,18 +124,41 @@ def listed(shard: TenantShard) -> list[Declared]:
     with shard.transaction() as db:
         rows = db.execute(
             "SELECT name, kind, location, access, every_s, last_run, (SELECT count(*) FROM "
-            "source_files f WHERE f.source = s.name) FROM sources s ORDER BY name"
+            "source_files f WHERE f.source = s.name), running FROM sources s ORDER BY name"
         ).fetchall()
     return [Declared(name, kind, location, AccessRules.of_json(json.loads(access)), every,
-                     json.loads(last) if last else None, files)
-            for name, kind, location, access, every, last, files in rows]  # fmt: skip
+                     _json(last), files, _json(running))
+            for name, kind, location, access, every, last, files, running in rows]  # fmt: skip
+
+
+def _json(stored: str | None):
+    return json.loads(stored) if stored else None
+
+
+def due_sources(directory: Path, now: float) -> list[str]:
+    """The sources of the shard in ``directory`` whose interval has passed, read without
+    opening the shard (a scheduler asks this of every tenant, often)."""
+    try:
+        db = sqlite3.connect(f"file:{directory / 'shard.sqlite3'}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return []
+    try:
+        rows = db.execute(
+            "SELECT name, every_s, last_run FROM sources WHERE every_s IS NOT NULL"
+        ).fetchall()
+    except sqlite3.Error:  # a shard from before sources, or none yet
+        return []
+    finally:
+        db.close()
+    return [name for name, every, last in rows
+            if last is None or json.loads(last)["finished_at"] + every <= now]  # fmt: skip
 
 
 def get(shard: TenantShard, name: str) -> Declared:
     for declared in listed(shard):
         if declared.name == name:
             return declared
-    raise _no_source(name)
+    raise no_source(name)
 
 
 def remove(shard: TenantShard, name: str) -> list[str]:
@@ -131,7 +168,7 @@ def remove(shard: TenantShard, name: str) -> list[str]:
         held = db.execute("SELECT doc_id FROM source_files WHERE source = ?", (name,))
         doc_ids = [row[0] for row in held]
         if not db.execute("DELETE FROM sources WHERE name = ?", (name,)).rowcount:
-            raise _no_source(name)
+            raise no_source(name)
     return doc_ids
 
 
@@ -142,14 +179,18 @@ def claim(shard: TenantShard, name: str, now: float) -> None:
     with shard.transaction(write=True) as db:
         row = db.execute("SELECT running FROM sources WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise _no_source(name)
-        if row[0] is not None and _alive(json.loads(row[0]), now):
-            began = now - json.loads(row[0])["at"]
-            raise ConflictError(
-                f"source {name!r} is being synced (its run last reported {began:.0f} s ago); "
-                "wait for it to end", param="name",
-            )  # fmt: skip
+            raise no_source(name)
+        check_idle(name, _json(row[0]), now)
         db.execute("UPDATE sources SET running = ? WHERE name = ?", (_running(now), name))
+
+
+def check_idle(name: str, running: dict | None, now: float) -> None:
+    """ConflictError while a run of ``name`` is alive."""
+    if running is not None and _alive(running, now):
+        raise ConflictError(
+            f"source {name!r} is being synced (its run last reported {now - running['at']:.0f} "
+            "s ago); wait for it to end", param="name",
+        )  # fmt: skip
 
 
 def claim_again(shard: TenantShard, name: str, now: float) -> None:

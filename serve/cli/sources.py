@@ -97,9 +97,7 @@ def list_sources(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False
     """Each source: where it reads, its files, its last run."""
     declared = _run(lambda: state.listed(ctx.obj.index().shard(tenant, create=True)))
     if as_json:
-        _print_json([{"name": d.name, "kind": d.kind, "location": d.location,
-                      "access": d.rules.json(), "every_s": d.every_s, "files": d.files,
-                      "last_run": d.last_run} for d in declared])  # fmt: skip
+        _print_json([d.view() for d in declared])
         return
     table = _table("name", "source", "files", "every", "last run", whole=("name",))
     for d in declared:

@@ -4,6 +4,7 @@ uploads and their ingestion, leases, the log and its replay)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from pathlib import Path
@@ -48,6 +49,7 @@ class Shards:
                                 instruction_judge=judge).start()  # fmt: skip
 
         self.host = ShardHost(config, start_service, ReplicaPlacement())
+        self._watching: asyncio.Task | None = None
 
         async def load(tenant: str):  # Serve marks the function it wraps
             return await self.host.load_shard(tenant)
@@ -74,9 +76,11 @@ class Shards:
         if hasattr(self, "host"):
             self.host.close()
 
-    def check_health(self) -> None:
+    async def check_health(self) -> None:
         """Serve asks every few seconds; a replica that holds leases without renewing them is
-        restarted (its tenants' next requests take them over)."""
+        restarted. The first call starts the sources' scheduler (one node only)."""
+        if self._watching is None and self.host.ownership is None:
+            self._watching = asyncio.create_task(self.host.sources.watch())
         ownership = self.host.ownership
         if ownership is not None and not ownership.healthy():
             raise RuntimeError("this replica holds tenant leases but no longer renews them")
@@ -92,4 +96,5 @@ class Shards:
 
 # What the ingress calls (serve/shards/tenant.py), each with the tenant first.
 OPERATIONS = frozenset({"embedder_model", "search", "upload", "files", "file", "readable", "text",
-                        "content", "set_access", "delete", "attributes", "catalog"})  # fmt: skip
+                        "content", "set_access", "delete", "attributes", "catalog",
+                        "source"})  # fmt: skip

@@ -19,7 +19,7 @@ from index.errors import GroundedError, InvalidRequestError
 from serve.http import api, openapi
 from serve.http.gateway import Gateway
 from serve.http.guard import RequestGuard
-from serve.http.routes import chat, embeddings, files, responses, vector_stores
+from serve.http.routes import chat, embeddings, files, responses, sources, vector_stores
 from serve.metrics import metrics
 from serve.query.generation import GeneratorUnavailableError
 from serve.state.database import off_loop
@@ -35,7 +35,7 @@ def create_app(gateway: Gateway | None, guard: RequestGuard | None = None) -> Fa
         description="Answers from your own documents, with checked citations (OpenAI-compatible).",
     )
     app.state.gateway, app.state.guard = gateway, guard
-    for resource in (chat, responses, files, vector_stores, embeddings):
+    for resource in (chat, responses, files, vector_stores, embeddings, sources):
         app.include_router(resource.router)
     openapi.install(app)
     app.add_exception_handler(GroundedError, _grounded_error)

@@ -114,10 +114,62 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class SourceRunReport(BaseModel):
+    """A source's run: its counts, how long it took, its first failures, the error it stopped
+    on (index/sources/sync.py)."""
+
+    source: str
+    added: int
+    changed: int
+    moved: int
+    access: int
+    deleted: int
+    unchanged: int
+    failed: int
+    seconds: float
+    finished_at: float
+    failures: list[list[str]]
+    error: str | None
+
+
+class SourceAccess(BaseModel):
+    rules: list[tuple[str, list[str] | None]]
+    default: list[str] | None
+    posix: bool
+    names: dict[str, str]
+
+
+class GroundedSource(BaseModel):
+    """Grounded's: a tenant's source (docs/sources.md); credentials are never part of it."""
+
+    object: Literal["grounded.source"]
+    name: str
+    kind: Literal["folder", "webdav", "s3"]
+    location: str
+    access: SourceAccess
+    every_s: float | None
+    files: int
+    last_run: SourceRunReport | None
+    running: bool
+    next_run_at: float | None
+
+
+class GroundedSourceList(BaseModel):
+    object: Literal["list"]
+    data: list[GroundedSource]
+
+
+class GroundedSourceDeleted(BaseModel):
+    object: Literal["grounded.source"]
+    name: str
+    deleted: Literal[True]
+    documents: int = Field(description="Documents it held: deleted, or kept as the tenant's.")
+
+
 _ERRORS = {
     400: "The request is invalid: the message says what to change.",
     401: "No API key, or an unknown one.",
-    403: "The key lacks the scope this route needs (query or ingest).",
+    403: "The key lacks the scope this route needs (query, ingest or admin).",
     404: "No such file, vector store or route (another tenant's ids are never found).",
     409: "The tenant's index conflicts with the request (see the message).",
     411: "An upload without a Content-Length header.",
@@ -184,6 +236,9 @@ FILES = responses(FileList)
 DELETED = responses(FileDeleted)
 SEARCH = responses(SearchPage)
 TEXT = responses(None)
+SOURCE = responses(GroundedSource)
+SOURCES = responses(GroundedSourceList)
+SOURCE_DELETED = responses(GroundedSourceDeleted)
 CONTENT = {
     **responses(None),
     200: {

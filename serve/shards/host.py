@@ -54,6 +54,7 @@ from serve.query.retrieval import (
 from serve.shards.ingestion import UploadIngestion, upload_id
 from serve.shards.ownership import Ownership, Placement
 from serve.shards.snapshots import Snapshotter
+from serve.shards.sources import SourceRuns
 from serve.state.shard_owners import (
     Replayed,
     ShardOwners,
@@ -94,6 +95,7 @@ class ShardHost:
             self.ownership = Ownership(owners, placement)
             scratch = lambda tenant: self._shard_root() / "snapshots" / tenant  # noqa: E731
             self.snapshots = Snapshotter(self.ownership, config.state, scratch)
+        self.sources = SourceRuns(self, config.sources)
         self._opened: dict[str, TenantShard] = {}
         # The loaded shards by tenant: by default kept open here; the Serve deployment puts
         # its multiplexed LRU around load_shard instead.
@@ -110,6 +112,8 @@ class ShardHost:
         if self.service is None:
             self.service = await asyncio.to_thread(self._start_service, self._shard_root())
         return self.service
+
+    index_service = _service  # started on first use
 
     def _shard_root(self) -> Path:
         """Where this host's shards live: the data directory, or with several nodes its
@@ -388,6 +392,13 @@ class ShardHost:
         async with self._write(shard, tenant, "catalog", meta):
             catalog, args, kwargs = catalog_of(shard, meta)
             return await asyncio.to_thread(operation, catalog, *args, **kwargs)
+
+    async def source(self, tenant: str, reader: Reader, operation: str, *args: Any) -> Any:
+        """One of the tenant's sources' operations (serve/shards/sources.py), as ``reader``
+        (an admin): listed, declare, remove or start (a run)."""
+        if operation not in ("listed", "declare", "remove", "start"):
+            raise ValueError(f"not a source operation: {operation!r}")
+        return await getattr(self.sources, operation)(tenant, reader, *args)
 
 
 def check_catalog_operation(operation: Callable) -> None:

@@ -110,3 +110,7 @@ class TenantShards:
     ) -> R:
         """One VectorStoreCatalog operation on the tenant's shard, as ``reader``."""
         return await self._remote("catalog", reader, operation, *args, **kwargs)
+
+    async def source(self, reader: Reader, operation: str, *args: Any) -> Any:
+        """One operation on the tenant's sources (serve/shards/sources.py), as ``reader``."""
+        return await self._remote("source", reader, operation, *args)

@@ -292,6 +292,13 @@ def cases(ids: dict[str, str]) -> dict[tuple[str, str], list[tuple[str, dict | N
             (f"/v1/vector_stores/{store}/file_batches/{batch}/cancel", None)],
         ("GET", "/v1/vector_stores/{store_id}/file_batches/{batch_id}/files"): [
             (f"/v1/vector_stores/{store}/file_batches/{batch}/files", None)],
+        # Sources are an admin's (403 to the engineer); none names a file.
+        ("GET", "/grounded/v1/sources"): [("/grounded/v1/sources", None)],
+        ("POST", "/grounded/v1/sources"): [("/grounded/v1/sources",
+                                            {"name": "s", "source": "folder:/"})],
+        ("GET", "/grounded/v1/sources/{name}"): [("/grounded/v1/sources/s", None)],
+        ("POST", "/grounded/v1/sources/{name}/sync"): [("/grounded/v1/sources/s/sync", None)],
+        ("DELETE", "/grounded/v1/sources/{name}"): [("/grounded/v1/sources/s", None)],
     }  # fmt: skip
 
 

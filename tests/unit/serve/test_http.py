@@ -85,8 +85,9 @@ def world(tmp_path):
         if models:
             entries = {name: {"model": name} for name in models}
             entries["large"]["prices"] = {"completion_per_million": 1000.0}
-            settings = load_config(None, **{**overrides, **sections,
-                                            "generator": {"models": entries}})  # fmt: skip
+            sections = {**sections, "generator": {"models": entries}}
+        if sections:
+            settings = load_config(None, **{**overrides, **sections})
         generator = models or generator or ScriptedGenerator(REPLY)
         pipeline = QueryPipeline(LocalSearcher(service), generator, settings.query)
         who = Authenticator(keys, oidc)
@@ -116,9 +117,11 @@ def error_of(response) -> dict:
 
 
 def v1_routes(app) -> list[tuple[str, str]]:
+    """Every route of the API (OpenAI's /v1, Grounded's own /grounded/v1) and its method."""
     return sorted((method, route.path) for route in app.routes
                   for method in getattr(route, "methods", ()) or ()
-                  if route.path.startswith("/v1/") and method != "HEAD")  # fmt: skip
+                  if route.path.startswith(("/v1/", "/grounded/v1/"))
+                  and method != "HEAD")  # fmt: skip
 
 
 def test_every_v1_route_refuses_a_request_without_a_key(world):

@@ -232,3 +232,17 @@ def test_rules_match_paths_as_globs_first_match_wins():
     with pytest.raises(Exception, match="empty"):
         AccessRules.parse(None, ["hr/**="])
     assert OPERATOR.may_read(("group:hr",))
+
+
+def test_a_link_out_of_the_folder_is_not_followed(world, tmp_path):
+    """A symbolic link (to a file or folder outside the source) is not read: a source reads
+    only what is in its folder."""
+    folder, shard, _, run, reads = world
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "keys.md").write_text("# Keys\n\nThe operator's secret.")
+    (folder / "public" / "keys.md").symlink_to(secret / "keys.md")
+    (folder / "public" / "more").symlink_to(secret, target_is_directory=True)
+    write(folder / "public" / "leave.md", "# Leave\n\nAnnual leave is twentyseven days.")
+    assert run().added == 1 and reads == ["public/leave.md"]
+    assert docs(shard) == {"leave.md": None}
