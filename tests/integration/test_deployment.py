@@ -227,7 +227,8 @@ def test_the_grafana_dashboard_queries_only_series_the_appliance_exports():
               "Prefix-cache hit rate", "Generated tokens per second",
               "Errors and refusals per second", "Shard sizes (chunks per tenant)",
               "Lease renewals by outcome", "Log after the last snapshot (entries per tenant)",
-              "State server errors by store"}  # fmt: skip
+              "State server errors by store", "Sources: lag since the last successful run",
+              "Sources: files changed per run, and failures"}  # fmt: skip
     assert wanted <= titles
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
