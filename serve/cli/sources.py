@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from typing import Annotated
 
 import typer
@@ -99,11 +100,21 @@ def list_sources(ctx: typer.Context, tenant: TenantOpt, as_json: JsonOpt = False
     if as_json:
         _print_json([d.view() for d in declared])
         return
-    table = _table("name", "source", "files", "every", "last run", whole=("name",))
+    table = _table("name", "source", "files", "every", "last run", "next run", whole=("name",))
     for d in declared:
         every = f"{d.every_s:g} s" if d.every_s else "on demand"
-        table.add_row(d.name, f"{d.kind}:{d.location}", str(d.files), every, _summary(d.last_run))
+        table.add_row(d.name, f"{d.kind}:{d.location}", str(d.files), every,
+                      _summary(d.last_run), _next(d))  # fmt: skip
     out.print(table)
+
+
+def _next(declared: Declared) -> str:
+    if declared.running is not None:
+        return "running now"
+    at = declared.view()["next_run_at"]
+    if at is None:
+        return "on demand"
+    return "due now" if at <= time.time() else time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
 
 
 def _summary(run: dict | None) -> str:
@@ -160,8 +171,6 @@ def watch(
     """Run each of the tenant's sources whenever its --every interval has passed, until
     stopped (Ctrl-C); a run that fails is reported and tried again at its next time. Several
     watchers are safe: a source runs once at a time."""
-    import time
-
     from index.errors import GroundedError
 
     while True:

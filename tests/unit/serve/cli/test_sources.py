@@ -40,7 +40,10 @@ def test_a_folder_declared_run_listed_and_removed(data_dir, tmp_path):
     assert json.loads(ran.stdout)["added"] == 2
     listed = json.loads(grounded(data_dir, "sources", "list", "-t", "acme", "--json").stdout)
     assert listed[0]["files"] == 2 and listed[0]["every_s"] == 600
-    assert listed[0]["last_run"]["added"] == 2
+    assert listed[0]["last_run"]["added"] == 2 and listed[0]["running"] is False
+    assert listed[0]["next_run_at"] == listed[0]["last_run"]["finished_at"] + 600
+    table = grounded(data_dir, "sources", "list", "-t", "acme").output
+    assert "2 added in" in table and "next run" in table
     docs = json.loads(grounded(data_dir, "docs", "-t", "acme", "--json").stdout)
     assert {d["file_name"]: d["access"] for d in docs["documents"]} == {
         "pay.md": ["group:hr"], "leave.md": None}  # fmt: skip
