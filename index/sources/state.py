@@ -33,6 +33,16 @@ class Declared:
     files: int = 0  # files it holds (documents, and refused files retried when they change)
     running: dict | None = None  # the run under way: its host, process, last report
 
+    def stored(self) -> dict:
+        """What ``add`` keeps (as the write log carries it: serve/shards/sources.py)."""
+        return {"name": self.name, "kind": self.kind, "location": self.location,
+                "rules": self.rules.json(), "every_s": self.every_s}  # fmt: skip
+
+    @classmethod
+    def of_stored(cls, stored: dict) -> Declared:
+        return cls(stored["name"], stored["kind"], stored["location"],
+                   AccessRules.of_json(stored["rules"]), stored["every_s"])  # fmt: skip
+
     def view(self) -> dict:
         """The source as the CLI's --json and the HTTP API show it (never its credentials:
         they are not part of it)."""
@@ -77,8 +87,7 @@ def parse_every(text: str | None) -> float | None:
     return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86_400}[match[2]]
 
 
-def declare(
-    shard: TenantShard,
+def checked(
     name: str,
     spec: str,
     *,
@@ -88,9 +97,9 @@ def declare(
     posix: bool = False,
     names: list[str] = (),  # type: ignore[assignment]
 ) -> Declared:
-    """A source declared from what an operator wrote (the CLI's options, the HTTP API's
-    fields): checked, and listed once so that a source that cannot be reached (a wrong
-    path, URL or credentials) is refused now rather than at its first run."""
+    """A source as an operator wrote it (the CLI's options, the HTTP API's fields), checked
+    and listed once, so that a source that cannot be reached (a wrong path, URL or
+    credentials) is refused now rather than at its first run; ``add`` keeps it."""
     kind, location = parse_location(spec)
     if posix and kind != "folder":
         raise InvalidRequestError(
@@ -102,7 +111,6 @@ def declare(
                         AccessRules.parse(access, list(rules), posix, list(names)),
                         parse_every(every))  # fmt: skip
     next(iter(declared.source().entries()), None)
-    add(shard, declared)
     return declared
 
 

@@ -12,10 +12,15 @@ are what the last run recorded is not read. Then, in one pass over what changed:
 - a file the pipeline refuses (a format, a limit) is recorded with the reason and tried again
   only once it changes; it never stops the run.
 
+A run only reads until it writes: what it decides is a ``Batch`` of writes (JSON actions and
+the bytes of the files to ingest) that ``apply`` makes, the documents and the source's records
+together. One node applies each batch as it comes; with several nodes the appliance logs it
+first, and a new owner replays it with the same ``apply`` (serve/shards/sources.py).
+
 Only documents the source made are ever touched (they are its ``source_files`` rows; their
-owner is ``source:<name>``): an upload, or another source's file, is not. Progress is recorded
-batch by batch, so a run that stops (a crash, a restart) resumes where it was: what it had
-ingested is "unchanged" to the next run.
+owner is ``source:<name>``): an upload, or another source's file, is not. A batch is applied
+as it is decided (up to BATCH_FILES files or BATCH_BYTES), so a run that stops (a crash, a
+restart) resumes where it was: what it had ingested is "unchanged" to the next run.
 
 A source that lists nothing, or far fewer files than it held (an unmounted share that shows as
 an empty folder, a wrong path), would delete the tenant's documents: such a run stops before
@@ -27,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from index.access import Access
@@ -39,7 +44,8 @@ from index.sources.state import Declared
 from index.store.rows import access_json, access_of
 from index.store.shard import TenantShard
 
-BATCH = 64  # results recorded at a time (what a stopped run does again)
+BATCH_FILES = 256  # files decided, then applied together (what a stopped run does again)
+BATCH_BYTES = 16 << 20  # or this much content to ingest
 MAX_DELETE_SHARE = 0.5  # of the files a source held: more gone at once needs confirming
 FAILURES_KEPT = 20  # in a run's report
 
@@ -68,6 +74,11 @@ class Run:
     def json(self) -> dict:
         return asdict(self)
 
+    def fail(self, path: str, reason: str) -> None:
+        self.failed += 1
+        if len(self.failures) < FAILURES_KEPT:
+            self.failures.append([path, reason])
+
 
 @dataclass(frozen=True, slots=True)
 class _Row:
@@ -85,6 +96,34 @@ class _Row:
         return self.size, self.mtime_ns, self.version
 
 
+@dataclass
+class Batch:
+    """Writes a run decided, applied together by ``apply``: ``actions`` (JSON: ``do`` is
+    ingest, move, access, refuse or delete), the bytes of the files it ingests in the order
+    of its ingest actions, and at a run's end its ``report``."""
+
+    source: str
+    actions: list[dict] = field(default_factory=list)
+    blobs: list[bytes] = field(default_factory=list)
+    report: dict | None = None
+
+    def full(self) -> bool:
+        return len(self.actions) >= BATCH_FILES or sum(map(len, self.blobs)) >= BATCH_BYTES
+
+    def meta(self) -> dict:
+        """As the write log keeps it (the blobs apart, as its data)."""
+        return {"source": self.source, "actions": self.actions, "report": self.report,
+                "sizes": [len(b) for b in self.blobs]}  # fmt: skip
+
+    @classmethod
+    def logged(cls, meta: dict, data: bytes) -> Batch:
+        blobs, at = [], 0
+        for size in meta["sizes"]:
+            blobs.append(data[at : at + size])
+            at += size
+        return cls(meta["source"], meta["actions"], blobs, meta["report"])
+
+
 def sync(
     shard: TenantShard,
     pipeline: IngestPipeline,
@@ -94,27 +133,38 @@ def sync(
     progress: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.time,
     source: Source | None = None,
+    commit: Callable[[Batch], list[str]] | None = None,
 ) -> Run:
     """Run ``declared`` once into ``shard`` (through ``pipeline``, the tenant's); ``progress``
     is told of each file handled after the listing; ``source``: what lists and reads the files
-    (by default the one ``declared`` names). SourceUnreachableError or SourceShrankError:
-    nothing was changed."""
+    (by default the one ``declared`` names); ``commit``: how a batch is applied (by default
+    ``apply`` here, one at a time under the source's claim in the shard; the appliance's
+    several nodes log it first, and keep their own claim). SourceUnreachableError or
+    SourceShrankError: nothing was changed."""
     started, run = clock(), Run(declared.name)
     source = source or declared.source()
-    state.claim(shard, declared.name, started)
+    if commit is None:
+        state.claim(shard, declared.name, started)
+
+        def commit(batch: Batch) -> list[str]:
+            state.claim_again(shard, declared.name, clock())
+            return apply(shard, pipeline, batch)
+
     try:
-        _run(shard, pipeline, declared, source, run, confirm_deletes,
-             progress or (lambda n: None), clock)  # fmt: skip
+        _run(shard, declared, source, run, confirm_deletes, pipeline.limits.max_bytes,
+             progress or (lambda n: None), commit)  # fmt: skip
     except BaseException as exc:  # Ctrl-C too: the claim is given back, the stop recorded
         run.error = f"{type(exc).__name__}: {exc}"
-        run.finished_at = clock()
-        run.seconds = run.finished_at - started
-        state.report(shard, declared.name, run.json())
+        _finish(run, started, clock, commit)
         raise
+    _finish(run, started, clock, commit)
+    return run
+
+
+def _finish(run: Run, started: float, clock, commit) -> None:
     run.finished_at = clock()
     run.seconds = run.finished_at - started
-    state.report(shard, declared.name, run.json())
-    return run
+    commit(Batch(run.source, report=run.json()))
 
 
 def due(declared: Declared, now: float) -> float:
@@ -126,174 +176,205 @@ def due(declared: Declared, now: float) -> float:
     return max(0.0, declared.last_run["finished_at"] + declared.every_s - now)
 
 
-def _run(shard, pipeline, declared, source, run, confirm_deletes, progress, clock) -> None:
+def _run(shard, declared, source, run, confirm_deletes, limit, progress, commit) -> None:
     name, rules = declared.name, declared.rules
-    with shard.transaction() as db:
-        (previous,) = db.execute(
-            "SELECT count(*) FROM source_files WHERE source = ?", (name,)
-        ).fetchone()
-        (last,) = db.execute(
-            "SELECT coalesce(max(seen), 0) FROM source_files WHERE source = ?", (name,)
-        ).fetchone()
-    this = last + 1
-    pending, relisted, listed = [], [], 0  # files to read; access changes alone
-    batch: list[Entry] = []
+    pending, relisted, listed = [], [], set()  # files to read; access changes alone
 
-    def look(entries: list[Entry]) -> None:
-        """What the last run recorded for these entries; the recorded ones marked seen."""
-        with shard.transaction(write=True) as db:
+    for entries in _chunks(source.entries(), 512):
+        with shard.transaction() as db:
             for entry in entries:
+                listed.add(_key(entry.path))
                 row = _row(db, name, entry.path)
-                if row is not None:
-                    db.execute("UPDATE source_files SET seen = ? WHERE source = ? AND path = ?",
-                               (this, name, entry.path))  # fmt: skip
                 if row is None or row.stamp != (entry.size, entry.mtime_ns, entry.version):
                     pending.append(entry)
-                    continue
-                if row.error is None and row.access != rules.access(entry):
+                elif row.error is None and row.access != rules.access(entry):
                     relisted.append((row, rules.access(entry)))
                 else:
                     run.unchanged += 1
                     run.failed += row.error is not None
 
-    for entry in source.entries():
-        listed += 1
-        batch.append(entry)
-        if len(batch) >= 512:
-            look(batch)
-            batch = []
-    look(batch)
-
     with shard.transaction() as db:
-        gone = [
-            _of(r)
-            for r in db.execute(
-                f"SELECT {_COLUMNS} FROM source_files WHERE source = ? AND seen < ?", (name, this)
-            )
-        ]
+        held = [_of(r) for r in db.execute(f"SELECT {_COLUMNS} FROM source_files "
+                                           "WHERE source = ?", (name,))]  # fmt: skip
+    gone = [row for row in held if _key(row.path) not in listed]
     if (
         gone
         and not confirm_deletes
-        and (listed == 0 or (previous >= 10 and len(gone) > MAX_DELETE_SHARE * previous))
+        and (not listed or (len(held) >= 10 and len(gone) > MAX_DELETE_SHARE * len(held)))
     ):
         raise SourceShrankError(
-            f"source {name!r} ({declared.kind}:{declared.location}) lists {listed} files where "
-            f"it held {previous}: {len(gone)} documents would be deleted. If the source was "
-            "emptied on purpose, run it again with --confirm-deletes; if not, check that it is "
-            "mounted and its path is right. Nothing was changed.",
+            f"source {name!r} ({declared.kind}:{declared.location}) lists {len(listed)} files "
+            f"where it held {len(held)}: {len(gone)} documents would be deleted. If the source "
+            "was emptied on purpose, run it again with --confirm-deletes; if not, check that it "
+            "is mounted and its path is right. Nothing was changed.",
             param="source",
         )
+    del held, listed
+
+    batch = Batch(name)
+
+    def decided(action: dict, blob: bytes | None = None) -> None:
+        nonlocal batch
+        batch.actions.append(action)
+        if blob is not None:
+            batch.blobs.append(blob)
+        if batch.full():
+            _count(run, batch, commit(batch))
+            progress(len(batch.actions))
+            batch = Batch(name)
 
     for row, access in relisted:  # access lists changed alone: nothing read, nothing embedded
-        with contextlib.suppress(DocumentNotFoundError):
-            shard.set_access(row.doc_id, access)
-        kept = (row.path, row.size, row.mtime_ns, row.version, row.sha256, row.doc_id, access,
-                None)  # fmt: skip
-        _record(shard, name, this, kept)
-        run.access += 1
-        progress(1)
-
+        decided(_action("access", row.path, row.stamp, row.sha256, row.doc_id, access))
     by_hash: dict[str, list[_Row]] = {}  # gone files that a new one may be, moved
     for row in gone:
         if row.error is None:
             by_hash.setdefault(row.sha256, []).append(row)
     moved: set[str] = set()
-
-    def recorded(count: int) -> None:
-        state.claim_again(shard, name, clock())
-        progress(count)
-
-    _ingest(shard, pipeline, declared, source, run, this, pending, by_hash, moved, recorded)
-
+    for entry in pending:
+        _decide(shard, declared, source, run, entry, limit, by_hash, moved, decided)
     for row in gone:
-        if row.path in moved:
-            continue  # its document lives on under its new path
-        with contextlib.suppress(DocumentNotFoundError):
-            shard.delete_document(row.doc_id)
-        with shard.transaction(write=True) as db:
-            db.execute("DELETE FROM source_files WHERE source = ? AND path = ?", (name, row.path))
-        run.deleted += row.error is None
+        if row.path not in moved:  # else its document lives on under its new path
+            decided({**_action("delete", row.path, row.stamp, row.sha256, row.doc_id, None),
+                     "counted": row.error is None})  # fmt: skip
+    _count(run, batch, commit(batch))
+    progress(len(batch.actions))
 
 
-def _ingest(shard, pipeline, declared, source, run, this, entries, by_hash, moved_from, recorded):
-    """The new and changed files, read one at a time as the pipeline takes them (one ingest
-    call: the vector index is saved once, at its end); recorded every BATCH results, each
-    record after the pipeline's commit of the documents it names."""
-    name, rules, tenant = declared.name, declared.rules, shard.tenant
-    read = {}
-
-    def files():
-        for entry in entries:
-            access = rules.access(entry)
-            with shard.transaction() as db:
-                row = _row(db, name, entry.path)
-            doc_id = row.doc_id if row else doc_id_for(f"source:{tenant}:{name}:{entry.path}")
-            if entry.size > pipeline.limits.max_bytes:  # not read: refused as an upload is
-                reason = (f"{entry.size:,} bytes is more than limits.max_bytes "
-                          f"({pipeline.limits.max_bytes:,})")  # fmt: skip
-                _record(shard, name, this, refuse(entry, doc_id, access, reason, row))
-                continue
-            try:
-                data = source.read(entry.path)
-            except OSError as exc:  # gone or unreadable since it was listed: the next run
-                _fail(run, entry.path, f"unreadable ({exc.strerror or exc})")
-                continue
-            digest = hashlib.sha256(data).hexdigest()
-            key = f"{declared.kind}:{declared.location}/{entry.path}"
-            moved = by_hash[digest].pop() if row is None and by_hash.get(digest) else None
-            if moved is not None:  # the same bytes at a new path: a move or a rename
-                moved_from.add(moved.path)
-                shard.rename_document(moved.doc_id, _file_name(entry.path), key)
-                if moved.access != access:
-                    shard.set_access(moved.doc_id, access)
-                with shard.transaction(write=True) as db:
-                    db.execute("DELETE FROM source_files WHERE source = ? AND path = ?",
-                               (name, moved.path))  # fmt: skip
-                _record(shard, name, this, (*_stamp(entry), digest, moved.doc_id, access, None))
-                run.moved += 1
-                continue
-            read[key] = (entry, digest, access, row, doc_id)
-            yield SourceFile.from_bytes(data, _file_name(entry.path), source=key, doc_id=doc_id,
-                                        access=access, owner=f"source:{name}")  # fmt: skip
-
-    def refuse(entry, doc_id, access, reason, row, digest="") -> tuple:
-        """A refused file is recorded (tried again once it changes); a previous version's
-        document stays, with the file's access list as it is now."""
-        _fail(run, entry.path, reason)
-        if row is not None and row.error is None and row.access != access:
-            with contextlib.suppress(DocumentNotFoundError):
-                shard.set_access(doc_id, access)
-        return (*_stamp(entry), digest, doc_id, access, reason)
-
-    done = []
-    for result in pipeline.ingest(files()):
-        entry, digest, access, row, doc_id = read.pop(result.source)
-        if result.status == "refused":
-            done.append(refuse(entry, doc_id, access, result.reason, row, digest))
-        else:
-            done.append((*_stamp(entry), digest, doc_id, access, None))
-            if result.status == "unchanged":
-                run.unchanged += 1
-            elif row is None or (row.error is not None and result.status == "added"):
-                run.added += 1
-            else:
-                run.changed += 1
-        if len(done) >= BATCH:
-            _record(shard, name, this, *done)
-            recorded(len(done))
-            done = []
-    _record(shard, name, this, *done)
-    recorded(len(done))
+def _decide(shard, declared, source, run, entry, limit, by_hash, moved, decided) -> None:
+    """What to do with a new or changed file: read it (unless it is over the size limit),
+    then a move of a gone file with its bytes, or an ingest."""
+    name, access, stamp = declared.name, declared.rules.access(entry), _stamp(entry)
+    with shard.transaction() as db:
+        row = _row(db, name, entry.path)
+        doc_id = row.doc_id if row else _new_doc_id(db, shard.tenant, name, entry.path)
+    if entry.size > limit:  # not read: refused as an upload is
+        reason = f"{entry.size:,} bytes is more than limits.max_bytes ({limit:,})"
+        decided({**_action("refuse", entry.path, stamp, "", doc_id, access), "reason": reason})
+        return
+    try:
+        data = source.read(entry.path)
+    except OSError as exc:  # gone or unreadable since it was listed: the next run tries again
+        run.fail(entry.path, f"unreadable ({exc.strerror or exc})")
+        return
+    digest = hashlib.sha256(data).hexdigest()
+    key = f"{declared.kind}:{declared.location}/{entry.path}"
+    if row is None and by_hash.get(digest):  # the same bytes at a new path: moved or renamed
+        was = by_hash[digest].pop()
+        moved.add(was.path)
+        decided({**_action("move", entry.path, stamp, digest, was.doc_id, access),
+                 "from": was.path, "key": key})  # fmt: skip
+        return
+    decided({**_action("ingest", entry.path, stamp, digest, doc_id, access), "key": key}, data)
 
 
-def _fail(run: Run, path: str, reason: str) -> None:
-    run.failed += 1
-    if len(run.failures) < FAILURES_KEPT:
-        run.failures.append([path, reason])
+def apply(shard: TenantShard, pipeline: IngestPipeline, batch: Batch) -> list[str]:
+    """Make ``batch``'s writes (a run's, or the write log's on a new owner: the same
+    outcome); each action's outcome (added, changed, unchanged, moved, access, deleted,
+    failed: <reason>, or "" for a delete of a refused file)."""
+    name = batch.source
+    if batch.report is not None:
+        state.report(shard, name, batch.report)
+    ingests = [a for a in batch.actions if a["do"] == "ingest"]
+    with shard.transaction() as db:
+        before = {a["path"]: _row(db, name, a["path"]) for a in batch.actions}
+    results = {}
+    if ingests:
+        files = (SourceFile.from_bytes(blob, _file_name(a["path"]), source=a["key"],
+                                       doc_id=a["doc_id"], access=access_of_json(a["access"]),
+                                       owner=f"source:{name}")
+                 for a, blob in zip(ingests, batch.blobs, strict=True))  # fmt: skip
+        results = {r.source: r for r in pipeline.ingest(files)}
+    outcomes, records, forgotten = [], [], []
+    for action in batch.actions:
+        do, path, doc_id = action["do"], action["path"], action["doc_id"]
+        access, row = access_of_json(action["access"]), before[path]
+        record = (path, *action["stamp"], action["sha256"], doc_id, access, None)
+        if do == "ingest" and results[action["key"]].status == "refused":
+            do, action = "refuse", {**action, "reason": results[action["key"]].reason}
+        if do == "refuse":
+            if row is not None and row.error is None and row.access != access:
+                _quietly(shard.set_access, doc_id, access)  # its previous version stays
+            outcomes.append(f"failed: {action['reason']}")
+            records.append((*record[:-1], action["reason"]))
+        elif do == "ingest":
+            status = results[action["key"]].status
+            added = row is None or (row.error is not None and status == "added")
+            outcomes.append("unchanged" if status == "unchanged" else
+                            "added" if added else "changed")  # fmt: skip
+            records.append(record)
+        elif do == "move":
+            _quietly(shard.rename_document, doc_id, _file_name(path), action["key"])
+            _quietly(shard.set_access, doc_id, access)
+            forgotten.append(action["from"])
+            outcomes.append("moved")
+            records.append(record)
+        elif do == "access":
+            _quietly(shard.set_access, doc_id, access)
+            outcomes.append("access")
+            records.append(record)
+        elif do == "delete":
+            _quietly(shard.delete_document, doc_id)
+            forgotten.append(path)
+            outcomes.append("deleted" if action["counted"] else "")
+    with shard.transaction(write=True) as db:
+        db.executemany("DELETE FROM source_files WHERE source = ? AND path = ?",
+                       [(name, path) for path in forgotten])  # fmt: skip
+        _record(db, name, records)
+    return outcomes
 
 
-def _stamp(entry: Entry) -> tuple[str, int, int, str]:
-    return entry.path, entry.size, entry.mtime_ns, entry.version
+def _count(run: Run, batch: Batch, outcomes: list[str]) -> None:
+    for action, outcome in zip(batch.actions, outcomes, strict=True):
+        if outcome.startswith("failed: "):
+            run.fail(action["path"], outcome.removeprefix("failed: "))
+        elif outcome:
+            setattr(run, outcome, getattr(run, outcome) + 1)
+
+
+def _quietly(change: Callable, doc_id: str, *args) -> None:
+    """A change to a source's document that someone deleted meanwhile: nothing to change."""
+    with contextlib.suppress(DocumentNotFoundError):
+        change(doc_id, *args)
+
+
+def _new_doc_id(db, tenant: str, name: str, path: str) -> str:
+    """A new file's document id: from its path, unless a document of the source already
+    has that id (a file moved away from this path keeps its own)."""
+    base, n = f"source:{tenant}:{name}:{path}", 1
+    doc_id = doc_id_for(base)
+    while db.execute("SELECT 1 FROM source_files WHERE source = ? AND doc_id = ?",
+                     (name, doc_id)).fetchone():  # fmt: skip
+        n += 1
+        doc_id = doc_id_for(f"{base}:{n}")
+    return doc_id
+
+
+def _action(do: str, path: str, stamp, sha256: str, doc_id: str, access: Access) -> dict:
+    return {"do": do, "path": path, "stamp": list(stamp), "sha256": sha256, "doc_id": doc_id,
+            "access": None if access is None else list(access)}  # fmt: skip
+
+
+def access_of_json(value: list | None) -> Access:
+    return None if value is None else tuple(value)
+
+
+def _chunks(entries: Iterator[Entry], size: int) -> Iterator[list[Entry]]:
+    chunk = []
+    for entry in entries:
+        chunk.append(entry)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    yield chunk
+
+
+def _key(path: str) -> int:
+    """A listed path, in 8 bytes (a run keeps every listed path's key, not the path)."""
+    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "big")
+
+
+def _stamp(entry: Entry) -> tuple[int, int, str]:
+    return entry.size, entry.mtime_ns, entry.version
 
 
 def _file_name(path: str) -> str:
@@ -314,17 +395,15 @@ def _row(db, name: str, path: str) -> _Row | None:
     return _of(found) if found else None
 
 
-def _record(shard: TenantShard, name: str, this: int, *files: tuple) -> None:
+def _record(db, name: str, files: list[tuple]) -> None:
     """What the source gave for ``files`` ((path, size, mtime_ns, version, sha256, doc_id,
-    access, error) each), seen by run ``this``."""
-    with shard.transaction(write=True) as db:
-        for path, size, mtime_ns, version, sha256, doc_id, access, error in files:
-            db.execute(
-                "INSERT INTO source_files (source, path, size, mtime_ns, version, sha256, doc_id, "
-                "access, error, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, "
-                "path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, "
-                "version = excluded.version, sha256 = excluded.sha256, doc_id = excluded.doc_id, "
-                "access = excluded.access, error = excluded.error, seen = excluded.seen",
-                (name, path, size, mtime_ns, version, sha256, doc_id, access_json(access), error,
-                 this),
-            )  # fmt: skip
+    access, error) each)."""
+    db.executemany(
+        "INSERT INTO source_files (source, path, size, mtime_ns, version, sha256, doc_id, "
+        "access, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, path) DO "
+        "UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, version = "
+        "excluded.version, sha256 = excluded.sha256, doc_id = excluded.doc_id, access = "
+        "excluded.access, error = excluded.error",
+        [(name, path, size, mtime_ns, version, sha256, doc_id, access_json(access), error)
+         for path, size, mtime_ns, version, sha256, doc_id, access, error in files],
+    )  # fmt: skip

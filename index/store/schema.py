@@ -140,7 +140,6 @@ CREATE TABLE IF NOT EXISTS source_files (
     doc_id   TEXT NOT NULL,                    -- the document it is (NULL never: see error)
     access   TEXT,                             -- JSON: the readers its rules gave; NULL tenant
     error    TEXT,                             -- why it was refused (retried once it changes)
-    seen     INTEGER NOT NULL DEFAULT 0,       -- the run that last listed it
     PRIMARY KEY (source, path)
 );
 CREATE INDEX IF NOT EXISTS source_files_by_hash ON source_files(source, sha256);

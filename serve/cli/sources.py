@@ -84,9 +84,10 @@ def add(
 
     def work() -> Declared:
         shard = ctx.obj.index().shard(tenant, create=True)
-        return state.declare(shard, name, location, access=access, rules=rule or [],
-                             every=every, posix=access_from == "posix",
-                             names=name_map or [])  # fmt: skip
+        declared = state.checked(name, location, access=access, rules=rule or [], every=every,
+                                 posix=access_from == "posix", names=name_map or [])  # fmt: skip
+        state.add(shard, declared)
+        return declared
 
     declared = _run(work)
     out.print(f"source {declared.name}: {declared.kind}:{declared.location}; run it with "

@@ -16,6 +16,7 @@ from index.service import IndexService
 from index.store.shard import TenantShard
 from index.store.uploads import Uploads
 from serve.metrics import metrics
+from serve.shards.sources import replay_source
 
 
 def upload_id(tenant: str, owner: str | None, file_name: str) -> str:
@@ -93,20 +94,30 @@ class UploadIngestion:
         metrics().shard_chunks.set(shard.stats().chunks, tags={"tenant": tenant})
         return result, shard.get_document(doc_id) if result.status != "refused" else None
 
-    def replayed(self, shard: TenantShard, tenant: str):
-        """A logged upload, applied as it was when it came (kept, then ingested), in the
-        replaying thread: a refusal (the file's own fault) is kept as it was the first time;
-        a failure (the embedder down, a disk) stops the replay before this entry
-        (serve/state/shard_owners.py ``replay``), never skipping it."""
+    def replayed(self, shard: TenantShard, tenant: str) -> Replaying:
+        return Replaying(self, shard, tenant)
 
-        def ingest(file_name: str, data: bytes, access, owner: str | None = None) -> None:
-            doc_id = upload_id(tenant, owner, file_name)
-            Uploads(shard).store(doc_id, file_name, data, access, owner)
-            result, _ = self.run(shard, tenant, doc_id)
-            if result.status == "refused":
-                Uploads(shard).forget(doc_id)
 
-        return ingest
+class Replaying:
+    """What a replay (serve/state/shard_owners.py ``replay``) applies with the replica's
+    own pipeline, in the replaying thread: a logged upload, as it was when it came (kept, then
+    ingested; a refusal, the file's own fault, kept as it was the first time), and a source's
+    write (serve/shards/sources.py). A failure (the embedder down, a disk) stops the replay
+    before the entry, never skipping it."""
+
+    def __init__(self, ingestion: UploadIngestion, shard: TenantShard, tenant: str) -> None:
+        self.ingestion, self.shard, self.tenant = ingestion, shard, tenant
+
+    def __call__(self, file_name: str, data: bytes, access, owner: str | None = None) -> None:
+        shard, doc_id = self.shard, upload_id(self.tenant, owner, file_name)
+        Uploads(shard).store(doc_id, file_name, data, access, owner)
+        result, _ = self.ingestion.run(shard, self.tenant, doc_id)
+        if result.status == "refused":
+            Uploads(shard).forget(doc_id)
+
+    def source(self, op: str, meta: dict, data: bytes) -> None:
+        pipeline = self.ingestion.service().pipeline_for(self.shard)
+        replay_source(self.shard, pipeline, op, meta, data)
 
 
 def _deleted(doc_id: str, file_name: str) -> IngestResult:

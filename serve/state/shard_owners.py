@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS shard_snapshot_parts (
 )
 """,
 )
-OPS = ("upload", "delete", "set_access", "catalog")
+SOURCE_OPS = ("source_declare", "source_remove", "source_batch")  # serve/shards/sources.py
+OPS = ("upload", "delete", "set_access", "catalog", *SOURCE_OPS)
 
 
 class ShardOwnedElsewhereError(GroundedError):
@@ -328,10 +329,14 @@ def _decode(value: Any) -> Any:
 
 def apply_entry(entry: LogEntry, ingest: Callable, shard) -> None:
     """Apply one logged write to a local shard copy: ``ingest(file_name, data, access,
-    owner)``
-    ingests an upload (the replica's own ingestion: parse, chunk, embed, store). A document
-    already gone (the entry applied once before, or deleted by a later one) is skipped."""
+    owner)`` ingests an upload (the replica's own ingestion: parse, chunk, embed, store), and
+    ``ingest.source(op, meta, data)`` a source's write (serve/shards/ingestion.py
+    ``Replaying``). A document already gone (the entry applied once before, or deleted by a
+    later one) is skipped."""
     meta = entry.meta
+    if entry.op in SOURCE_OPS:
+        ingest.source(entry.op, meta, entry.data)
+        return
     access = meta.get("access")
     access = tuple(access) if isinstance(access, list) else access  # JSON keeps tuples as lists
     if entry.op == "upload":

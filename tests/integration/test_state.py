@@ -781,3 +781,80 @@ def test_a_randomized_run_under_faults_keeps_every_acknowledged_write_and_fences
     assert sum(report.faults.values()) >= 3
     assert report.ops["upload"].get("ok", 0) >= 5 and report.reads_checked >= 5
     assert report.disallowed == [] and report.replay_differs == {} and report.stale_reads == []
+
+
+def test_a_sources_runs_are_logged_and_a_new_owner_holds_them_as_the_old_one_did(
+    postgres, tmp_path
+):
+    """Issue 66 with several nodes: a source declared and run at the tenant's owner (node a),
+    then a vector store made of its documents and one document's list changed; node b, an
+    empty folder, takes the tenant over from the log alone (no snapshot): the same files,
+    lists, store and source records, so that its next run finds every file unchanged and then
+    follows the source's changes. A replica that does not own the tenant leaves its sources to
+    the owner. Before: sources refused several nodes (409)."""
+    import asyncio
+
+    from index.access import OPERATOR, Reader
+    from index.config import IndexConfig
+    from index.service import IndexService
+    from index.store.collections import VectorStoreCatalog
+    from index.testing import HashingEmbedder
+    from serve.config import load_config
+    from serve.shards.host import ShardHost
+    from serve.shards.sources import SourceFields
+
+    tenant, share = "sourced", tmp_path / "share"
+    (share / "hr").mkdir(parents=True)
+    (share / "hr" / "pay.md").write_text("# Pay\n\nPay day is the 25th.")
+    (share / "leave.md").write_text("# Leave\n\nAnnual leave is 27 days.")
+    (share / "travel.md").write_text("# Travel\n\nTrains in second class.")
+    config = load_config(None, data_dir=str(tmp_path / "data"), state={
+        "url": postgres.url, "snapshot_every": 1000, "shard_lease_s": 30},
+        sources={"allowed_locations": [f"folder:{share}"]})  # fmt: skip
+    start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
+    admin = Reader("key:ops", admin=True)
+    fields = SourceFields(name="share", source=f"folder:{share}", rules=["hr/**=group:hr"])
+
+    async def seen(h: ShardHost) -> tuple:
+        files = sorted((f.file_name, f.access) for f in await h.files(tenant, OPERATOR))
+        stores = await h.catalog(tenant, OPERATOR, VectorStoreCatalog.list_stores)
+        listed = await h.catalog(tenant, OPERATOR, VectorStoreCatalog.list_store_files,
+                                 stores.data[0].id)  # fmt: skip
+        return files, [s.name for s in stores.data], len(listed.data)
+
+    async def scenario():
+        a = ShardHost(config, start, FixedPlacement("a"))
+        await a.sources.declare(tenant, admin, fields)
+        first = await a.sources.run(tenant, "share", False, admin.identity)
+        assert (first.added, first.error) == (3, None)
+        ids = [f.doc_id for f in await a.files(tenant, OPERATOR)]
+        await a.catalog(tenant, OPERATOR, VectorStoreCatalog.create_store, name="policies",
+                        file_ids=ids)  # fmt: skip
+        travel = next(f for f in await a.files(tenant, OPERATOR) if f.file_name == "travel.md")
+        await a.set_access(tenant, OPERATOR, travel.doc_id, ("group:travel",))
+        expected = await seen(a)
+        assert expected[0] == [("leave.md", None), ("pay.md", ("group:hr",)),
+                               ("travel.md", ("group:travel",))]  # fmt: skip
+        other = ShardHost(config, start, FixedPlacement("c"))  # not the owner: leaves it
+        await other.index_service()
+        assert await other.sources.run_due() == []
+        a.close()  # gives its lease back
+        a.service.close()
+
+        b = ShardHost(config, start, FixedPlacement("b"))  # an empty folder: the log alone
+        assert await seen(b) == expected
+        [source] = await b.sources.listed(tenant, admin)
+        assert source["files"] == 3 and source["last_run"]["added"] == 3
+        again = await b.sources.run(tenant, "share", False, admin.identity)
+        assert (again.unchanged, again.added, again.changed) == (3, 0, 0)
+        (share / "leave.md").unlink()
+        (share / "hr" / "pay.md").rename(share / "pay.md")  # out of HR
+        moved = await b.sources.run(tenant, "share", False, admin.identity)
+        assert (moved.deleted, moved.moved) == (1, 1)
+        kept = sorted((f.file_name, f.access) for f in await b.files(tenant, OPERATOR))
+        assert kept == [("pay.md", None), ("travel.md", ("group:travel",))]  # its own list
+        b.close()
+        b.service.close()
+        other.service.close()
+
+    asyncio.run(scenario())

@@ -163,12 +163,14 @@ def test_an_interrupted_run_resumes_and_ingests_each_file_once(world, monkeypatc
     for n in range(150):
         write(folder / "public" / f"f{n:03}.md", f"# F{n}\n\nMarker{n} text.")
     pipeline_type = type(service.pipeline(TENANT))
-    ingest = pipeline_type.ingest
+    ingest, results = pipeline_type.ingest, []
+    monkeypatch.setattr("index.sources.sync.BATCH_FILES", 64)
 
     def stopping(self, files, cancelled=None):
-        for count, result in enumerate(ingest(self, files, cancelled), start=1):
+        for result in ingest(self, files, cancelled):
+            results.append(result)
             yield result
-            if count == 100:
+            if len(results) == 100:  # in the second batch
                 raise KeyboardInterrupt("the process stops mid-run")
 
     monkeypatch.setattr(pipeline_type, "ingest", stopping)
