@@ -248,3 +248,19 @@ def test_a_link_out_of_the_folder_is_not_followed(world, tmp_path):
     write(folder / "public" / "leave.md", "# Leave\n\nAnnual leave is twentyseven days.")
     assert run().added == 1 and reads == ["public/leave.md"]
     assert docs(shard) == {"leave.md": None}
+
+
+def test_a_new_file_where_one_moved_away_gets_its_own_document(world):
+    """leave.md renamed policy.md keeps its document (whose id came from leave.md's path);
+    a new leave.md, in the run that deletes policy.md, is a document of its own."""
+    folder, shard, service, run, _ = world
+    write(folder / "public" / "leave.md", "# Leave\n\nAnnual leave is twentyseven days.")
+    run()
+    (folder / "public" / "leave.md").rename(folder / "public" / "policy.md")
+    assert run().moved == 1
+    write(folder / "public" / "leave.md", "# Leave\n\nAnnual leave is thirty days.")
+    (folder / "public" / "policy.md").unlink()
+    last = run()
+    assert (last.added, last.deleted) == (1, 1)
+    assert docs(shard) == {"leave.md": None}
+    assert found(service, ENG, "thirty days") == ["leave.md"]
