@@ -193,23 +193,25 @@ def _run(shard, declared, source, run, confirm_deletes, limit, progress, commit)
                     run.unchanged += 1
                     run.failed += row.error is not None
 
+    held, gone = 0, []  # the rows streamed, only those gone kept
     with shard.transaction() as db:
-        held = [_of(r) for r in db.execute(f"SELECT {_COLUMNS} FROM source_files "
-                                           "WHERE source = ?", (name,))]  # fmt: skip
-    gone = [row for row in held if _key(row.path) not in listed]
+        for found in db.execute(f"SELECT {_COLUMNS} FROM source_files WHERE source = ?", (name,)):
+            held += 1
+            if _key(found[0]) not in listed:
+                gone.append(_of(found))
     if (
         gone
         and not confirm_deletes
-        and (not listed or (len(held) >= 10 and len(gone) > MAX_DELETE_SHARE * len(held)))
+        and (not listed or (held >= 10 and len(gone) > MAX_DELETE_SHARE * held))
     ):
         raise SourceShrankError(
             f"source {name!r} ({declared.kind}:{declared.location}) lists {len(listed)} files "
-            f"where it held {len(held)}: {len(gone)} documents would be deleted. If the source "
+            f"where it held {held}: {len(gone)} documents would be deleted. If the source "
             "was emptied on purpose, run it again with --confirm-deletes; if not, check that it "
             "is mounted and its path is right. Nothing was changed.",
             param="source",
         )
-    del held, listed
+    del listed
 
     batch = Batch(name)
 

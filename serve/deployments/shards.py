@@ -78,8 +78,8 @@ class Shards:
 
     async def check_health(self) -> None:
         """Serve asks every few seconds; a replica that holds leases without renewing them is
-        restarted. The first call starts the sources' scheduler (one node only)."""
-        if self._watching is None and self.host.ownership is None:
+        restarted. The first call starts the sources' scheduler (serve/shards/sources.py)."""
+        if self._watching is None:
             self._watching = asyncio.create_task(self.host.sources.watch())
         ownership = self.host.ownership
         if ownership is not None and not ownership.healthy():
