@@ -132,9 +132,15 @@ class IngestPipeline:
         self.ocr = ocr or OcrConfig()
 
     def ingest(
-        self, files: Iterable[SourceFile], cancelled: Callable[[str], bool] | None = None
+        self,
+        files: Iterable[SourceFile],
+        cancelled: Callable[[str], bool] | None = None,
+        *,
+        flush: bool = True,
     ) -> Iterator[IngestResult]:
-        """Yield one result per file, in batches; the vector index is saved at the end.
+        """Yield one result per file, in batches; the vector index is saved at the end
+        (unless ``flush`` is off: a caller that ingests in several calls saves it once, with
+        ``shard.flush()``; an index not saved is rebuilt from the database when loaded).
         ``cancelled(doc_id)``: asked while a file's scanned pages are read; true stops that
         file (refused, IngestCancelledError: it was deleted meanwhile)."""
         pending: list[PreparedDocument] = []
@@ -150,7 +156,8 @@ class IngestPipeline:
                     pending = []
             yield from self._write(pending)
         finally:
-            self.shard.flush()
+            if flush:
+                self.shard.flush()
 
     def _prepare(
         self, source: SourceFile, cancelled: Callable[[str], bool] | None

@@ -274,7 +274,8 @@ def apply(shard: TenantShard, pipeline: IngestPipeline, batch: Batch) -> list[st
     outcome); each action's outcome (added, changed, unchanged, moved, access, deleted,
     failed: <reason>, or "" for a delete of a refused file)."""
     name = batch.source
-    if batch.report is not None:
+    if batch.report is not None:  # a run's end: the vector index saved once for its batches
+        shard.flush()
         state.report(shard, name, batch.report)
     ingests = [a for a in batch.actions if a["do"] == "ingest"]
     with shard.transaction() as db:
@@ -285,7 +286,7 @@ def apply(shard: TenantShard, pipeline: IngestPipeline, batch: Batch) -> list[st
                                        doc_id=a["doc_id"], access=access_of_json(a["access"]),
                                        owner=f"source:{name}")
                  for a, blob in zip(ingests, batch.blobs, strict=True))  # fmt: skip
-        results = {r.source: r for r in pipeline.ingest(files)}
+        results = {r.source: r for r in pipeline.ingest(files, flush=False)}
     outcomes, records, forgotten = [], [], []
     for action in batch.actions:
         do, path, doc_id = action["do"], action["path"], action["doc_id"]

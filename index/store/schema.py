@@ -143,6 +143,7 @@ CREATE TABLE IF NOT EXISTS source_files (
     PRIMARY KEY (source, path)
 );
 CREATE INDEX IF NOT EXISTS source_files_by_hash ON source_files(source, sha256);
+CREATE INDEX IF NOT EXISTS source_files_by_doc ON source_files(source, doc_id);
 """
 
 # Column weights for bm25(): body text counts twice the file name and headings.

@@ -166,8 +166,8 @@ def test_an_interrupted_run_resumes_and_ingests_each_file_once(world, monkeypatc
     ingest, results = pipeline_type.ingest, []
     monkeypatch.setattr("index.sources.sync.BATCH_FILES", 64)
 
-    def stopping(self, files, cancelled=None):
-        for result in ingest(self, files, cancelled):
+    def stopping(self, files, cancelled=None, **options):
+        for result in ingest(self, files, cancelled, **options):
             results.append(result)
             yield result
             if len(results) == 100:  # in the second batch
