@@ -40,6 +40,7 @@ from index.pipeline import IngestResult
 from index.service import IndexService
 from index.store.collections import MUTATIONS, VectorStoreCatalog
 from index.store.shard import TenantShard
+from index.store.tenants import TenantDirectory
 from index.store.uploads import UploadRecord, Uploads
 from index.types import DocumentRecord, SearchHit
 from serve.config import AppConfig
@@ -86,6 +87,7 @@ class ShardHost:
         self._start_service = start_service
         self.placement = placement
         self.service: IndexService | None = None
+        self._starting: asyncio.Future | None = None
         self.loaded: weakref.WeakValueDictionary[str, TenantShard] = weakref.WeakValueDictionary()
         self.uploads = UploadIngestion(lambda: self.service)
         self.ownership: Ownership | None = None  # with several nodes
@@ -109,11 +111,26 @@ class ShardHost:
     # -- shards, leases and the log ------------------------------------------------------------
 
     async def _service(self) -> IndexService:
+        """The index service, started on first use, once: callers that come while it starts
+        wait for that start (two starts at once race in importing transformers)."""
         if self.service is None:
-            self.service = await asyncio.to_thread(self._start_service, self._shard_root())
+            if self._starting is None:
+                start = asyncio.to_thread(self._start_service, self._shard_root())
+                self._starting = asyncio.ensure_future(start)
+            starting = self._starting
+            try:
+                self.service = await asyncio.shield(starting)
+            except BaseException:
+                if starting.done() and self._starting is starting:  # the next call retries
+                    self._starting = None
+                raise
         return self.service
 
-    index_service = _service  # started on first use
+    index_service = _service
+
+    def tenant_directories(self) -> TenantDirectory:
+        """Where this host's tenant copies are (read without starting the service)."""
+        return TenantDirectory(self._shard_root())
 
     def _shard_root(self) -> Path:
         """Where this host's shards live: the data directory, or with several nodes its

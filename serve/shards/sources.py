@@ -152,10 +152,9 @@ class SourceRuns:
     async def run_due(self) -> list[Run]:
         """Every due source of every tenant this node holds a copy of, one after another.
         With several nodes, a tenant another replica owns is its owner's to run (skipped)."""
-        service = await self.host.index_service()
-        now, runs = time.time(), []
-        for tenant in await asyncio.to_thread(service.tenants.tenants):
-            directory = service.tenants.path_for(tenant)
+        tenants, now, runs = self.host.tenant_directories(), time.time(), []
+        for tenant in await asyncio.to_thread(tenants.tenants):
+            directory = tenants.path_for(tenant)
             for name in await asyncio.to_thread(state.due_sources, directory, now):
                 with contextlib.suppress(GroundedError):  # counted and audited by _run
                     runs.append(await self.run(tenant, name, False, f"source:{name}"))

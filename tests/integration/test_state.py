@@ -813,7 +813,12 @@ def test_a_sources_runs_are_logged_and_a_new_owner_holds_them_as_the_old_one_did
         sources={"allowed_locations": [f"folder:{share}"]})  # fmt: skip
     start = lambda root: IndexService(IndexConfig(), root, embedder=HashingEmbedder()).start()  # noqa: E731
     admin = Reader("key:ops", admin=True)
-    fields = SourceFields(name="share", source=f"folder:{share}", rules=["hr/**=group:hr"])
+    fields = SourceFields(name="share", source=f"folder:{share}", rules=["hr/**=group:hr"],
+                          every="1s")  # fmt: skip
+
+    class BesideA(FixedPlacement):  # a second replica on node a: a's folder, its own leases
+        def holder(self) -> str:
+            return "replica-a2"
 
     async def seen(h: ShardHost) -> tuple:
         files = sorted((f.file_name, f.access) for f in await h.files(tenant, OPERATOR))
@@ -835,9 +840,10 @@ def test_a_sources_runs_are_logged_and_a_new_owner_holds_them_as_the_old_one_did
         expected = await seen(a)
         assert expected[0] == [("leave.md", None), ("pay.md", ("group:hr",)),
                                ("travel.md", ("group:travel",))]  # fmt: skip
-        other = ShardHost(config, start, FixedPlacement("c"))  # not the owner: leaves it
-        await other.index_service()
+        other = ShardHost(config, start, BesideA("a"))  # sees the source due, not the owner
+        await asyncio.sleep(1.1)
         assert await other.sources.run_due() == []
+        assert (await a.sources.listed(tenant, admin))[0]["last_run"]["added"] == 3
         a.close()  # gives its lease back
         a.service.close()
 

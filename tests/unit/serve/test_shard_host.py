@@ -104,3 +104,31 @@ def test_an_owner_off_its_own_list_neither_reads_nor_replaces_its_file(host):
 
     kept = run(scenario())
     assert (kept.version, kept.access) == (1, ("group:finance",))
+
+
+def test_the_index_service_starts_once_for_callers_that_come_while_it_starts(tmp_path):
+    """The sources' scheduler and a first request may both need the service: one start (two
+    at once raced importing transformers: a 500 in the chaos test); a failed start is tried
+    again by the next caller."""
+    import time
+
+    starts, service = [], IndexService(IndexConfig(), tmp_path, embedder=HashingEmbedder())
+
+    def start(root):
+        starts.append(root)
+        time.sleep(0.2)
+        if len(starts) == 1:
+            raise OSError("the first start fails")
+        return service.start()
+
+    host = ShardHost(load_config(None, data_dir=tmp_path), start)
+
+    async def scenario():
+        first = await asyncio.gather(*(host.index_service() for _ in range(3)),
+                                     return_exceptions=True)  # fmt: skip
+        assert [type(r) for r in first] == [OSError] * 3 and len(starts) == 1
+        started = await asyncio.gather(*(host.index_service() for _ in range(3)))
+        assert started == [service] * 3 and len(starts) == 2
+
+    run(scenario())
+    service.close()
