@@ -16,7 +16,7 @@ def _key_row(key) -> dict:
     return {
         "id": key.id, "tenant": key.tenant, "scopes": list(key.scopes), "name": key.name,
         "created_at": key.created_at, "revoked_at": key.revoked_at, "budget": key.budget or {},
-        "user": key.user, "groups": list(key.groups),
+        "user": key.user, "groups": list(key.groups), "sources_in_text": key.sources_in_text,
     }  # fmt: skip
 
 
@@ -38,6 +38,14 @@ def keys_create(
     groups: Annotated[
         str, typer.Option(help="Comma-separated groups it reads as (documents for group:<g>).")
     ] = "",
+    sources_in_text: Annotated[
+        bool,
+        typer.Option(
+            "--sources-in-text",
+            help="For a chat window (Open WebUI, LibreChat): its answers list their sources "
+            "and verified quotes in the message text (docs/answers.md).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a key and print it once (only its hash is stored). A key without the admin
@@ -46,9 +54,9 @@ def keys_create(
     from serve.identity.keys import key_store
 
     store = key_store(ctx.obj.config)
-    key, secret = _run(
-        lambda: store.create(tenant, scopes.split(","), name, user, groups.split(","))
-    )
+    key, secret = _run(lambda: store.create(
+        tenant, scopes.split(","), name, user, groups.split(","), sources_in_text
+    ))  # fmt: skip
     if as_json:
         _print_json({**_key_row(key), "key": secret})
         return

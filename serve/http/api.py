@@ -119,6 +119,9 @@ class ChatRequest(BaseModel):
     filters: Filters | None = None
     score_threshold: float | None = Field(None, ge=0, le=1)  # on the relevance shown, in [0, 1]
     rerank: bool | None = None
+    # The sources listed after the answer in its text (serve/http/readable.py); None: the
+    # key's default (`keys create --sources-in-text`).
+    sources_in_text: bool | None = None
 
     @field_validator("tools")
     @classmethod
@@ -373,9 +376,11 @@ def chat_completion(
     files_url: str,
     cost: dict[str, Any] | None = None,
     model: str = MODEL_ID,
+    after: str = "",
 ) -> dict[str, Any]:
     """OpenAI's chat completion; ``files_url`` is this server's ``.../v1/files`` (citations
-    link to it); ``model``, the name the request asked for."""
+    link to it); ``model``, the name the request asked for; ``after``, text that follows the
+    answer's (its sources, for a person to read: serve/http/readable.py)."""
     return {
         "id": request_id,
         "object": "chat.completion",
@@ -386,7 +391,7 @@ def chat_completion(
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": answer.text,
+                    "content": answer.text + after,
                     "refusal": None,
                     "annotations": _annotations(answer, files_url),
                 },

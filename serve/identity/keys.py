@@ -42,6 +42,7 @@ class ApiKey:
     budget: dict[str, int] | None = None  # its own limits (serve/accounting/budgets.py)
     user: str | None = None  # who uses it, for documents restricted to users (index/access.py)
     groups: tuple[str, ...] = ()  # the groups it reads as
+    sources_in_text: bool = False  # answers list their sources in the text (chat windows)
 
     @classmethod
     def of(cls, item: dict) -> ApiKey:
@@ -101,7 +102,12 @@ def parse_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
 
 
 def new_key(
-    tenant: str, scopes: Iterable[str], name: str, user: str | None, groups: Iterable[str]
+    tenant: str,
+    scopes: Iterable[str],
+    name: str,
+    user: str | None,
+    groups: Iterable[str],
+    sources_in_text: bool = False,
 ) -> tuple[ApiKey, str]:
     """A new key and its secret (which is never stored)."""
     validate_tenant(tenant)
@@ -113,7 +119,7 @@ def new_key(
     key = ApiKey(
         id="key_" + secrets.token_hex(6), tenant=tenant, scopes=parse_scopes(scopes),
         sha256=_digest(secret), name=name, created_at=time.time(), user=user or None,
-        groups=groups,
+        groups=groups, sources_in_text=sources_in_text,
     )  # fmt: skip
     return key, secret
 
@@ -204,10 +210,12 @@ class KeyStore:
         name: str = "",
         user: str | None = None,
         groups: Iterable[str] = (),
+        sources_in_text: bool = False,
     ) -> tuple[ApiKey, str]:
         """A new key for ``tenant`` (used by ``user``, reading as ``groups``: documents
-        restricted to them, index/access.py); the secret is returned once and never stored."""
-        key, secret = new_key(tenant, scopes, name, user, groups)
+        restricted to them, index/access.py; ``sources_in_text``: for a chat window, its
+        answers list their sources in the text); the secret is returned once, never stored."""
+        key, secret = new_key(tenant, scopes, name, user, groups, sources_in_text)
         with self.db.transaction() as db:
             self._put(db, key)
         return key, secret
