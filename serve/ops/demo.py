@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent.parent / "samples" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "samples" / "corpus"  # the repository's samples/
 QUESTIONS = {
     "acme": [
         "How many days of annual leave do employees get, and how many can be carried over?",
