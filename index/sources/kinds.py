@@ -142,4 +142,9 @@ def parse_location(spec: str) -> tuple[str, str]:
     if url.scheme not in ("http", "https") or not url.hostname:
         raise InvalidRequestError(f"source {spec!r}: the {kind} location is an http(s) URL",
                                   param="source")  # fmt: skip
+    if kind == "s3" and not url.path.strip("/"):
+        raise InvalidRequestError(
+            f"source {spec!r}: name the bucket after the endpoint, e.g. "
+            "s3:https://minio.example.com:9000/bucket/prefix", param="source",
+        )  # fmt: skip
     return kind, location.rstrip("/")

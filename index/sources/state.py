@@ -4,6 +4,7 @@ at a time; and the last run's report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -169,15 +170,19 @@ def get(shard: TenantShard, name: str) -> Declared:
     raise no_source(name)
 
 
-def remove(shard: TenantShard, name: str) -> list[str]:
-    """The source forgotten; the ids of the documents it held (the caller deletes them, or
-    keeps them as the tenant's own)."""
+def remove(shard: TenantShard, name: str, keep_documents: bool = False) -> int:
+    """The source forgotten, and the documents it held deleted (or, with
+    ``keep_documents``, kept as the tenant's own); how many it held."""
     with shard.transaction(write=True) as db:
         held = db.execute("SELECT doc_id FROM source_files WHERE source = ?", (name,))
         doc_ids = [row[0] for row in held]
         if not db.execute("DELETE FROM sources WHERE name = ?", (name,)).rowcount:
             raise no_source(name)
-    return doc_ids
+    if not keep_documents:
+        for doc_id in doc_ids:
+            with contextlib.suppress(DocumentNotFoundError):
+                shard.delete_document(doc_id)
+    return len(doc_ids)
 
 
 def claim(shard: TenantShard, name: str, now: float) -> None:

@@ -4,14 +4,12 @@ index/sources/sync.py; this module only translates them to commands."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from typing import Annotated
 
 import typer
 
-from index.errors import DocumentNotFoundError
 from index.sources import state
 from index.sources.state import Declared
 from index.sources.sync import due
@@ -203,15 +201,6 @@ def remove(
 ) -> None:
     """Forget a source, and delete the documents it made (unless --keep-documents)."""
 
-    def work() -> int:
-        shard = ctx.obj.index().shard(tenant, create=True)
-        doc_ids = state.remove(shard, name)
-        if not keep:
-            for doc_id in doc_ids:
-                with contextlib.suppress(DocumentNotFoundError):
-                    shard.delete_document(doc_id)
-        return len(doc_ids)
-
-    count = _run(work)
+    count = _run(lambda: state.remove(ctx.obj.index().shard(tenant, create=True), name, keep))
     kept = "kept" if keep else "deleted"
     out.print(f"source {name} removed; its {count} documents {kept}")

@@ -128,7 +128,7 @@ class SourceRuns:
         _admin(reader)
         shard = await self.host.shard(tenant)
         async with self.host._write(shard, tenant, "source_remove", {"name": name, "keep": keep}):
-            return await asyncio.to_thread(forget, shard, name, keep)
+            return await asyncio.to_thread(state.remove, shard, name, keep)
 
     async def start(self, tenant: str, reader: Reader, name: str, confirm: bool) -> dict:
         """A run of ``name`` begun in the background; the source as it is then (409 while
@@ -245,17 +245,6 @@ def _admin(reader: Reader) -> None:
         raise PermissionDeniedError("sources are an admin's: use a key with the admin scope")
 
 
-def forget(shard, name: str, keep: bool) -> int:
-    """The source removed from ``shard``, its documents deleted unless ``keep``; how many
-    it held."""
-    doc_ids = state.remove(shard, name)
-    if not keep:
-        for doc_id in doc_ids:
-            with contextlib.suppress(DocumentNotFoundError):
-                shard.delete_document(doc_id)
-    return len(doc_ids)
-
-
 def replay_source(shard, pipeline, op: str, meta: dict, data: bytes) -> None:
     """A logged source write applied on a new owner exactly as it was by the old one
     (serve/state/shard_owners.py ``apply_entry``)."""
@@ -266,7 +255,7 @@ def replay_source(shard, pipeline, op: str, meta: dict, data: bytes) -> None:
             state.add(shard, state.Declared.of_stored(meta))
     elif op == "source_remove":
         with contextlib.suppress(DocumentNotFoundError):  # removed before
-            forget(shard, meta["name"], meta["keep"])
+            state.remove(shard, meta["name"], meta["keep"])
     else:
         raise ValueError(f"unknown source operation {op!r}")
 

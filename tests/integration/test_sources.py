@@ -191,6 +191,12 @@ def test_a_remote_source_refusing_its_credentials_changes_nothing(kind, servers,
     assert ("credentials refused" if kind == "webdav" else "NoSuchBucket") in refused.value.message
 
 
+def test_an_s3_endpoint_without_a_bucket_is_a_clear_400():
+    with pytest.raises(Exception, match="name the bucket") as refused:
+        parse_location("s3:https://minio.example.com:9000/")
+    assert refused.value.status == 400
+
+
 def test_credentials_in_a_url_are_refused_before_anything_is_stored():
     with pytest.raises(Exception, match="credentials do not go in the URL") as refused:
         parse_location("webdav:https://ana:hunter2@cloud.example.com/dav")
